@@ -1,0 +1,44 @@
+# Set-up and checks. `make demo` and `make test` are the two commands a new machine needs.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/pip install -q -c constraints.txt
+
+.PHONY: demo test test-slow lint bench venv clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# Stamp files: reinstall only when the dependency list changes.
+$(VENV)/.stamp-run: pyproject.toml constraints.txt | $(BIN)/python
+	$(PIP) -e '.[semantic]'
+	touch $@
+
+$(VENV)/.stamp-dev: pyproject.toml constraints.txt | $(BIN)/python
+	$(PIP) -e '.[semantic,dev]'
+	touch $@ $(VENV)/.stamp-run
+
+venv: $(VENV)/.stamp-run
+
+demo: $(VENV)/.stamp-run
+	$(BIN)/govrag demo
+
+lint: $(VENV)/.stamp-dev
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/mypy
+
+# pytest exits 5 when it collects no test; that is a failure of the suite, not a pass.
+test: lint
+	$(BIN)/python -m pytest -m "not slow" -q; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+test-slow: $(VENV)/.stamp-dev
+	$(BIN)/python -m pytest -m slow -q
+
+bench: $(VENV)/.stamp-dev
+	$(BIN)/python -m bench.run
+
+clean:
+	rm -rf $(VENV) demo-deployment bench/out

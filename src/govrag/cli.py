@@ -1,0 +1,304 @@
+"""The ``govrag`` command line. Library errors become one-line messages and exit codes here."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+from govrag.errors import GovragError, InputError
+from govrag.types import SearchRequest, SearchResult, Strategy
+
+app = typer.Typer(
+    name="govrag",
+    help="Governed retrieval for agentic LLM apps.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+index_app = typer.Typer(
+    help="Inspect and rebuild the derived search indexes.", no_args_is_help=True
+)
+app.add_typer(index_app, name="index")
+
+err = Console(stderr=True)
+T = TypeVar("T")
+
+DeploymentOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--deployment",
+        "-d",
+        envvar="GOVRAG_DEPLOYMENT",
+        help="Deployment directory (default: the current directory).",
+        show_default=False,
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+
+
+def _fail(exc: GovragError) -> NoReturn:
+    err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
+    raise typer.Exit(exc.exit_code)
+
+
+def _guard(fn: Callable[[], T]) -> T:
+    try:
+        return fn()
+    except GovragError as exc:
+        _fail(exc)
+
+
+def _emit(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, ensure_ascii=False, indent=2) + "\n")
+
+
+@contextmanager
+def _progress(total: int, label: str) -> Iterator[Callable[[int], None] | None]:
+    """A progress bar on an interactive stderr; nothing when piped (CI, --json consumers)."""
+    if not err.is_terminal:
+        yield None
+        return
+    columns = (TextColumn(label), BarColumn(), DownloadColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=err, transient=True) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda n: bar.advance(task, n)
+
+
+def _deployment(directory: Path | None) -> Any:
+    from govrag.deployment import Deployment
+
+    return Deployment.load(directory)
+
+
+@app.command()
+def init(
+    directory: Annotated[Path, typer.Argument(help="Directory to create or fill.")] = Path("."),
+    embedder: Annotated[
+        str | None,
+        typer.Option(help="'minilm' (semantic) or 'hash'. Default: minilm when installed."),
+    ] = None,
+    tenant: Annotated[str, typer.Option(help="Default tenant id.")] = "default",
+    force: Annotated[bool, typer.Option(help="Overwrite existing files.")] = False,
+) -> None:
+    """Scaffold a deployment directory: govrag.toml and principals.json."""
+    from govrag.deployment import scaffold
+    from govrag.embed import semantic_available
+
+    chosen = embedder or ("minilm" if semantic_available() else "hash")
+    written = _guard(lambda: scaffold(directory, embedder=chosen, tenant=tenant, force=force))
+    for path in written:
+        err.print(f"wrote {path}")
+    err.print(f"embedder: {chosen}. Next: govrag ingest FILE.jsonl --deployment {directory}")
+
+
+@app.command()
+def ingest(
+    file: Annotated[
+        Path, typer.Argument(help="JSONL file of identity/group/document/delete records.")
+    ],
+    tenant: Annotated[str | None, typer.Option(help="Tenant (default: default_tenant).")] = None,
+    deployment: DeploymentOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Ingest a JSONL file. Bad lines are reported with their line number and skipped."""
+    from govrag.harvest.ingest import ingest_jsonl
+
+    def run() -> Any:
+        dep = _deployment(deployment)
+        target = tenant or dep.settings.default_tenant
+        size = file.stat().st_size if file.is_file() else 0
+        with _progress(size, "ingest") as tick:
+            report = ingest_jsonl(
+                dep.store,
+                file,
+                target,
+                settings=dep.settings.ingest,
+                embedder=dep.embedder,
+                progress=tick,
+            )
+            dep.store.sync_indexes(target, vectors=False)
+        dep.close()
+        return report
+
+    report = _guard(run)
+    for message in report.messages:
+        err.print(f"[red]error:[/] {message}", highlight=False, soft_wrap=True)
+    if as_json:
+        _emit(report.as_dict())
+    else:
+        counts = ", ".join(f"{k} {v}" for k, v in report.as_dict().items())
+        err.print(f"ingested {file}: {counts}")
+    if report.errors:
+        raise typer.Exit(1)
+
+
+@app.command()
+def search(
+    query: Annotated[str, typer.Argument(help="What to search for.")],
+    as_: Annotated[str, typer.Option("--as", help="Principal `sub` from principals.json.")],
+    corpus: Annotated[list[str] | None, typer.Option(help="Corpus id (repeatable).")] = None,
+    strategy: Annotated[Strategy, typer.Option(help="Retrieval strategy.")] = Strategy.HYBRID,
+    top_k: Annotated[int | None, typer.Option(help="Results to return.")] = None,
+    filter_: Annotated[
+        list[str] | None, typer.Option("--filter", help="Metadata filter KEY=VALUE (repeatable).")
+    ] = None,
+    deployment: DeploymentOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Search as a principal: only what it may read, plus the hidden-item marker."""
+    from govrag.store.filters import parse_cli_filter
+
+    def run() -> SearchResult:
+        dep = _deployment(deployment)
+        principal = dep.principal(as_)
+        filters = tuple(parse_cli_filter(f) for f in filter_ or ())
+        try:
+            request = SearchRequest(
+                query=query,
+                corpora=tuple(corpus) if corpus else None,
+                strategy=strategy,
+                top_k=top_k or dep.settings.search.default_top_k,
+                filters=filters,
+            )
+        except ValueError as exc:
+            raise InputError(str(exc).splitlines()[-1] if str(exc) else "invalid request") from exc
+        result: SearchResult = dep.store.search(principal, request)
+        dep.close()
+        return result
+
+    result = _guard(run)
+    if as_json:
+        _emit(result.model_dump(mode="json"))
+        return
+    _print_result(result)
+
+
+def _print_result(result: SearchResult) -> None:
+    out = Console()
+    if not result.results:
+        out.print("no results you may read")
+    for rank, hit in enumerate(result.results, start=1):
+        snippet = " ".join(hit.text.split())[:160]
+        out.print(
+            f"{rank:>2}. [bold]{hit.doc_id}[/] ({hit.corpus}, {hit.source_system}) "
+            f"score {hit.score:.4f}\n    {snippet}",
+            highlight=False,
+        )
+    if result.hidden.present:
+        who = "; ".join(
+            f"{s.source_system}" + (f" (ask {s.author_email})" if s.author_email else "")
+            for s in result.hidden.sources
+        )
+        out.print(f"[yellow]hidden:[/] a relevant item exists that you may not read: {who}")
+
+
+@app.command("eval")
+def eval_(
+    beir_dir: Annotated[
+        Path, typer.Argument(help="BEIR directory (corpus.jsonl, queries.jsonl, qrels/).")
+    ],
+    strategy: Annotated[Strategy, typer.Option(help="Retrieval strategy.")] = Strategy.KEYWORD,
+    split: Annotated[str, typer.Option(help="qrels split.")] = "test",
+    embedder: Annotated[str, typer.Option(help="Embedder: hash or minilm.")] = "hash",
+    top_k: Annotated[int, typer.Option(help="Depth of each ranking.")] = 100,
+    as_json: JsonOpt = False,
+) -> None:
+    """Measure retrieval quality on a BEIR dataset (loaded into a temporary store)."""
+    from govrag.eval.runner import run_beir_eval
+
+    def run() -> dict[str, Any]:
+        return run_beir_eval(
+            beir_dir,
+            strategy=strategy,
+            split=split,
+            embedder=embedder,
+            top_k=top_k,
+            progress=lambda msg: err.print(msg, highlight=False),
+        )
+
+    figures = _guard(run)
+    if as_json:
+        _emit(figures)
+    else:
+        for key, value in figures.items():
+            Console().print(f"{key:>12}: {value}")
+
+
+@index_app.command("verify")
+def index_verify(
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant.")] = None,
+    deployment: DeploymentOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Compare the derived indexes with the truth store; exit 1 on any difference."""
+
+    def run() -> list[Any]:
+        dep = _deployment(deployment)
+        tenants = [tenant] if tenant else dep.store.tenants()
+        reports = [dep.store.verify_index(t) for t in tenants]
+        dep.close()
+        return reports
+
+    reports = _guard(run)
+    rows = [dict(vars(r), differences=r.differences) for r in reports]
+    if as_json:
+        _emit({"tenants": rows, "differences": sum(r.differences for r in reports)})
+    else:
+        for r in rows:
+            err.print(
+                f"tenant {r['tenant']}: {r['truth_chunks']} chunks in the truth store, "
+                f"{r['lexical_chunks']} in the lexical index, {r['differences']} differences"
+            )
+    if any(r.differences for r in reports):
+        raise typer.Exit(1)
+
+
+@index_app.command("rebuild")
+def index_rebuild(
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant.")] = None,
+    deployment: DeploymentOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Recreate the derived search indexes from the truth store."""
+
+    def run() -> dict[str, int]:
+        dep = _deployment(deployment)
+        tenants = [tenant] if tenant else dep.store.tenants()
+        counts = {t: dep.store.rebuild_index(t) for t in tenants}
+        dep.close()
+        return counts
+
+    counts = _guard(run)
+    if as_json:
+        _emit({"rebuilt": counts})
+    else:
+        for t, n in counts.items():
+            err.print(f"tenant {t}: rebuilt, {n} chunks indexed")
+
+
+@app.command()
+def demo(
+    directory: Annotated[Path, typer.Option(help="Where to create the demo deployment.")] = Path(
+        "demo-deployment"
+    ),
+) -> None:
+    """Ingest a bundled sample corpus and search it as two principals."""
+    from govrag.demo import run_demo
+
+    _guard(lambda: run_demo(directory, Console()))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""One exception hierarchy for govrag.
+
+The library raises these; the edges (CLI, HTTP, MCP) translate them into exit codes, status
+codes and tool errors. Every message quotes the bad value and says how to fix it. Driver and
+parser errors are wrapped with ``raise ... from exc`` so the cause stays inspectable.
+"""
+
+from __future__ import annotations
+
+
+class GovragError(Exception):
+    """Base class of every error govrag raises on purpose."""
+
+    #: Process exit code the CLI uses for this class of error.
+    exit_code: int = 1
+
+
+class ConfigError(GovragError):
+    """A deployment file or setting is invalid (names the file, the field and a fix)."""
+
+    exit_code = 2
+
+
+class InputError(GovragError):
+    """A caller-supplied value is invalid (a filter, a query, a CLI option, an API body)."""
+
+    exit_code = 2
+
+
+class IngestError(InputError):
+    """A record of an ingest file is malformed. Carries the file and line number."""
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None) -> None:
+        where = ""
+        if path is not None:
+            where = f"{path}:{line}: " if line is not None else f"{path}: "
+        super().__init__(f"{where}{message}")
+        self.path = path
+        self.line = line
+        self.detail = message
+
+
+class NotFoundError(InputError):
+    """A named thing (principal, corpus, tenant, deployment) does not exist."""
+
+
+class MissingExtraError(GovragError):
+    """An optional dependency is not installed; the message names the extra to install."""
+
+    exit_code = 3
+
+    def __init__(self, module: str, extra: str, purpose: str) -> None:
+        super().__init__(
+            f"{purpose} needs the optional dependency {module!r}, which is not installed. "
+            f"Install it with: pip install 'govrag[{extra}]'"
+        )
+        self.module = module
+        self.extra = extra
+
+
+class StoreError(GovragError):
+    """The knowledge store failed (database or index). Wraps the driver error."""
+
+    exit_code = 4
+
+
+class IndexStaleError(StoreError):
+    """A derived index could not be brought up to date with the truth store in time.
+
+    Searching a stale index could serve a revoked chunk, so the search is refused instead.
+    """

@@ -1,0 +1,303 @@
+"""JSONL ingest: validate each line, chunk and embed documents, write them transactionally.
+
+Every document is written in its own transaction (chunks, vectors, ACL rows, metadata and an
+index-outbox row together), so a bad line or a crash never leaves a partial document. A bad
+line is reported with its number and field, counted, and skipped; the other lines still land.
+Unchanged documents (same record hash) are skipped; documents whose text is unchanged keep
+their chunks and vectors even when their rights change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+from pydantic import ValidationError
+
+from govrag.embed.base import Embedder
+from govrag.errors import InputError
+from govrag.harvest.chunking import chunk_text
+from govrag.harvest.records import (
+    RECORD_TYPES,
+    DeleteRecord,
+    DocumentRecord,
+    GroupRecord,
+    IdentityRecord,
+    Record,
+)
+from govrag.settings import IngestSettings
+from govrag.store.filters import meta_rows
+from govrag.store.records import ChunkRow, DocumentWrite, StoredHashes
+
+_BATCH = 64
+
+
+class IngestTarget(Protocol):
+    """What ingest needs from a knowledge store."""
+
+    def put_identity(
+        self, tenant: str, email: str, source_system: str, account_id: str
+    ) -> bool: ...
+
+    def put_group(
+        self, tenant: str, source_system: str, group_id: str, members: list[str]
+    ) -> bool: ...
+
+    def stored_hashes(
+        self, tenant: str, keys: list[tuple[str, str]]
+    ) -> dict[tuple[str, str], StoredHashes]: ...
+
+    def put_document(self, tenant: str, doc: DocumentWrite) -> str: ...
+
+    def delete_document(self, tenant: str, source_system: str, external_id: str) -> bool: ...
+
+
+@dataclass
+class IngestReport:
+    """Counts of one ingest run; ``messages`` holds one line per error."""
+
+    added: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    deleted: int = 0
+    chunks: int = 0
+    identities: int = 0
+    groups: int = 0
+    errors: int = 0
+    messages: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            k: getattr(self, k)
+            for k in (
+                "added",
+                "updated",
+                "unchanged",
+                "deleted",
+                "chunks",
+                "identities",
+                "groups",
+                "errors",
+            )
+        }
+
+
+def parse_record(raw: bytes, *, max_text_bytes: int) -> Record:
+    """Validate one JSONL line. Raises :class:`InputError` naming the field and a fix."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"not valid UTF-8 (byte {exc.start}); re-encode the file as UTF-8"
+        ) from exc
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON: {exc.msg} at column {exc.colno}") from exc
+    if not isinstance(obj, dict):
+        raise InputError("a record must be a JSON object with a 'type' field")
+    kind = obj.get("type")
+    model = RECORD_TYPES.get(kind) if isinstance(kind, str) else None
+    if model is None:
+        names = ", ".join(RECORD_TYPES)
+        raise InputError(f"unknown record type {kind!r}; use one of: {names}")
+    if kind == "document" and isinstance(obj.get("text"), str):
+        size = len(obj["text"].encode("utf-8", "surrogatepass"))
+        if size > max_text_bytes:
+            raise InputError(
+                f"field 'text' is {size} bytes, over the limit of {max_text_bytes}; split the "
+                "document or raise [ingest] max_text_bytes in govrag.toml"
+            )
+    try:
+        record: Record = model.model_validate(obj)  # type: ignore[assignment]
+    except ValidationError as exc:
+        raise InputError(_describe(exc)) from exc
+    if isinstance(record, DocumentRecord):
+        try:
+            record.text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InputError(
+                "field 'text' holds an unpaired surrogate escape; fix the text"
+            ) from exc
+    return record
+
+
+def _describe(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"])
+    if err["type"] == "extra_forbidden":
+        return f"unknown field {loc!r}; remove it or check its spelling"
+    if err["type"] == "missing":
+        return f"field {loc!r} is required"
+    msg = err["msg"].removeprefix("Value error, ")
+    return f"field {loc!r}: {msg}"
+
+
+def read_lines(path: Path) -> Iterator[tuple[int, bytes, int]]:
+    """(line number, line bytes without newline, bytes consumed) for each non-blank line."""
+    try:
+        fh = path.open("rb")
+    except OSError as exc:
+        raise InputError(f"cannot read {str(path)!r}: {exc.strerror}") from exc
+    with fh:
+        for number, line in enumerate(fh, start=1):
+            stripped = line.strip()
+            if stripped:
+                yield number, stripped, len(line)
+            else:
+                yield number, b"", len(line)
+
+
+def _sha(obj: Any) -> str:
+    blob = json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+class Ingestor:
+    """Turns validated records into store writes for one tenant."""
+
+    def __init__(
+        self,
+        store: IngestTarget,
+        tenant: str,
+        *,
+        settings: IngestSettings | None = None,
+        embedder: Embedder | None = None,
+        embed_progress: Callable[[int], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.tenant = tenant
+        self.settings = settings or IngestSettings()
+        self.embedder = embedder
+        self.embed_progress = embed_progress
+        self.report = IngestReport()
+        self._pending: list[tuple[str, DocumentRecord]] = []
+
+    def error(self, where: str, exc: Exception) -> None:
+        self.report.errors += 1
+        self.report.messages.append(f"{where}: {exc}")
+
+    def add(self, where: str, record: Record) -> None:
+        """Queue or apply one record; documents are batched for embedding."""
+        if isinstance(record, DocumentRecord):
+            self._pending.append((where, record))
+            if len(self._pending) >= _BATCH:
+                self.flush()
+            return
+        self.flush()  # keep file order: a delete after a document must see it
+        if isinstance(record, IdentityRecord):
+            self.store.put_identity(
+                self.tenant, record.email, record.source_system, record.account_id
+            )
+            self.report.identities += 1
+        elif isinstance(record, GroupRecord):
+            self.store.put_group(self.tenant, record.source_system, record.group_id, record.members)
+            self.report.groups += 1
+        elif isinstance(record, DeleteRecord) and self.store.delete_document(
+            self.tenant, record.source_system, record.external_id
+        ):
+            self.report.deleted += 1
+
+    def flush(self) -> None:
+        """Chunk, embed and write the queued documents, one transaction each."""
+        if not self._pending:
+            return
+        batch, self._pending = self._pending, []
+        stored = self.store.stored_hashes(
+            self.tenant, [(r.source_system, r.external_id) for _, r in batch]
+        )
+        prepared: list[tuple[str, DocumentRecord, str, str, list[ChunkRow] | None]] = []
+        to_embed: list[str] = []
+        for where, rec in batch:
+            text_hash = _sha(
+                [rec.title, rec.text, self.settings.chunk_tokens, self.settings.section_tokens]
+            )
+            record_hash = _sha([text_hash, rec.model_dump(mode="json", exclude={"text", "title"})])
+            old = stored.get((rec.source_system, rec.external_id))
+            chunks: list[ChunkRow] | None = None
+            if old is None or old.text_hash != text_hash:
+                chunks = [
+                    ChunkRow(c.ordinal, c.text, c.parent, c.indexed, c.token_count)
+                    for c in chunk_text(
+                        rec.text,
+                        max_tokens=self.settings.chunk_tokens,
+                        section_tokens=self.settings.section_tokens,
+                    )
+                ]
+                to_embed.extend(
+                    f"{rec.title}\n\n{c.text}" if rec.title else c.text for c in chunks if c.indexed
+                )
+            prepared.append((where, rec, text_hash, record_hash, chunks))
+        vectors = None
+        if self.embedder is not None and to_embed:
+            vectors = self.embedder.embed_documents(
+                to_embed, batch_size=64, progress=self.embed_progress
+            )
+        offset = 0
+        for where, rec, text_hash, record_hash, chunks in prepared:
+            n_indexed = sum(1 for c in chunks or () if c.indexed)
+            doc_vectors = None
+            if vectors is not None and chunks is not None:
+                doc_vectors = np.asarray(vectors[offset : offset + n_indexed], dtype=np.float32)
+            offset += n_indexed
+            write = DocumentWrite(
+                source_system=rec.source_system,
+                external_id=rec.external_id,
+                corpus=rec.corpus,
+                title=rec.title,
+                text_hash=text_hash,
+                record_hash=record_hash,
+                author=rec.author,
+                acl=tuple(rec.acl),
+                classification=int(rec.classification),
+                authority_tier=rec.authority_tier,
+                updated_at=rec.updated_at.isoformat() if rec.updated_at else None,
+                metadata_json=json.dumps(rec.metadata, sort_keys=True, ensure_ascii=False),
+                metadata_rows=tuple(meta_rows(rec.metadata)),
+                chunks=tuple(chunks) if chunks is not None else None,
+                vectors=doc_vectors,
+                embedder=self.embedder.name if self.embedder is not None else None,
+            )
+            try:
+                outcome = self.store.put_document(self.tenant, write)
+            except InputError as exc:
+                self.error(where, exc)
+                continue
+            setattr(self.report, outcome, getattr(self.report, outcome) + 1)
+            if chunks is not None and outcome != "unchanged":
+                self.report.chunks += n_indexed
+
+
+def ingest_jsonl(
+    store: IngestTarget,
+    path: str | Path,
+    tenant: str,
+    *,
+    settings: IngestSettings | None = None,
+    embedder: Embedder | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> IngestReport:
+    """Ingest a JSONL file into ``tenant``. ``progress(n_bytes)`` is called as lines are read."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"ingest file {str(path)!r} does not exist or is not a file")
+    ingestor = Ingestor(store, tenant, settings=settings, embedder=embedder)
+    limit = ingestor.settings.max_text_bytes
+    for number, raw, consumed in read_lines(path):
+        if raw:
+            where = f"{path}:{number}"
+            try:
+                record = parse_record(raw, max_text_bytes=limit)
+            except InputError as exc:
+                ingestor.error(where, exc)
+            else:
+                ingestor.add(where, record)
+        if progress is not None:
+            progress(consumed)
+    ingestor.flush()
+    return ingestor.report

@@ -1,0 +1,190 @@
+"""Deployment settings: one object, read from init arguments > environment > ``govrag.toml``.
+
+A deployment directory holds ``govrag.toml`` and ``principals.json`` (and, in later layers,
+routes, manifests, workflows and policies). ``--deployment DIR`` or ``GOVRAG_DEPLOYMENT``
+selects it. Environment variables use the prefix ``GOVRAG_`` and ``__`` for nesting, e.g.
+``GOVRAG_SEARCH__RRF_K=30``.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from govrag.errors import ConfigError
+
+CONFIG_FILE = "govrag.toml"
+PRINCIPALS_FILE = "principals.json"
+DEPLOYMENT_ENV = "GOVRAG_DEPLOYMENT"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StoreSettings(_Section):
+    #: ``sqlite:///relative/or/absolute.db`` (relative to the deployment directory) or
+    #: ``sqlite://:memory:``. PostgreSQL URLs arrive with the postgres backend.
+    url: str = "sqlite:///govrag.db"
+    #: Where derived search indexes live; relative to the deployment directory.
+    index_dir: str = "index"
+
+
+class EmbedderSettings(_Section):
+    name: str = "hash"
+    dim: int = Field(default=384, ge=8, le=8192)
+    batch_size: int = Field(default=64, ge=1, le=4096)
+
+
+class SearchSettings(_Section):
+    rrf_k: int = Field(default=60, ge=1, le=10_000)
+    lexical_weight: float = Field(default=1.0, ge=0.0, le=100.0)
+    vector_weight: float = Field(default=1.0, ge=0.0, le=100.0)
+    #: How many candidates each leg contributes to fusion (at least top_k).
+    fusion_depth: int = Field(default=100, ge=1, le=10_000)
+    default_top_k: int = Field(default=10, ge=1, le=1000)
+    #: Report whether a relevant candidate was removed by access rules (content-free).
+    hidden_marker: bool = True
+
+
+class IngestSettings(_Section):
+    chunk_tokens: int = Field(default=300, ge=16, le=8192)
+    section_tokens: int = Field(default=1200, ge=16, le=65536)
+    #: Largest document text accepted, in bytes of UTF-8.
+    max_text_bytes: int = Field(default=2_000_000, ge=1024)
+
+
+class CorpusSettings(_Section):
+    description: str = ""
+
+
+class Settings(BaseSettings):
+    """Every setting of a deployment. Build it with :func:`load_settings`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="GOVRAG_", env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+
+    deployment: Path = Path(".")
+    default_tenant: str = "default"
+    store: StoreSettings = StoreSettings()
+    embedder: EmbedderSettings = EmbedderSettings()
+    search: SearchSettings = SearchSettings()
+    ingest: IngestSettings = IngestSettings()
+    corpora: dict[str, CorpusSettings] = {}
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The TOML file is read by load_settings and passed as the lowest-priority source.
+        return init_settings, env_settings
+
+    def resolve_path(self, value: str) -> Path:
+        """A path from the settings, relative to the deployment directory."""
+        p = Path(value)
+        return p if p.is_absolute() else self.deployment / p
+
+    @property
+    def principals_path(self) -> Path:
+        return self.deployment / PRINCIPALS_FILE
+
+
+def find_deployment(explicit: str | Path | None = None) -> Path:
+    """The deployment directory: the explicit argument, else ``GOVRAG_DEPLOYMENT``, else cwd."""
+    raw = explicit if explicit is not None else os.environ.get(DEPLOYMENT_ENV)
+    path = Path(raw) if raw else Path.cwd()
+    if not path.is_dir():
+        raise ConfigError(
+            f"deployment directory {str(path)!r} does not exist; "
+            f"create one with: govrag init {path}"
+        )
+    return path
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """Parse ``govrag.toml``; a syntax error names the file and the line."""
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}; fix the syntax") from exc
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+
+
+def load_settings(deployment: str | Path | None = None, **overrides: Any) -> Settings:
+    """Settings for a deployment: ``overrides`` > environment > ``govrag.toml`` > defaults."""
+    root = find_deployment(deployment)
+    config_path = root / CONFIG_FILE
+    file_values: dict[str, Any] = read_toml(config_path) if config_path.exists() else {}
+    file_values.pop("deployment", None)
+    env_cls = _env_only_settings()
+    try:
+        env_values = env_cls().model_dump(exclude_unset=True)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, "environment (GOVRAG_* variables)")) from exc
+    merged = _deep_merge(_deep_merge(file_values, env_values), overrides)
+    merged["deployment"] = root
+    try:
+        return Settings.model_validate(merged)
+    except ValidationError as exc:
+        source = str(config_path) if config_path.exists() else "settings"
+        raise ConfigError(_describe(exc, source)) from exc
+
+
+def _env_only_settings() -> type[BaseSettings]:
+    """A variant of Settings with every field optional, to read only what env sets."""
+
+    class EnvSettings(Settings):
+        model_config = SettingsConfigDict(
+            env_prefix="GOVRAG_", env_nested_delimiter="__", extra="ignore"
+        )
+
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            return (env_settings,)
+
+    return EnvSettings
+
+
+def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _describe(exc: ValidationError, source: str) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(root)"
+        if err["type"] == "extra_forbidden":
+            parts.append(f"unknown setting {loc!r}; remove it or check its spelling")
+        else:
+            parts.append(f"{loc}: {err['msg']} (got {err.get('input')!r})")
+    return f"{source}: " + "; ".join(parts)

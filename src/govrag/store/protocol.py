@@ -1,0 +1,49 @@
+"""The ``KnowledgeStore`` contract every backend implements (SQLite now, PostgreSQL next).
+
+A query with an identity goes down; a ranked list of candidates under access rights comes
+up. Access rules are never a caller filter: the backend ANDs the caller's ACL predicate
+inside every search leg.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from govrag.store.records import DocumentWrite, IndexReport, StoredHashes
+from govrag.types import Principal, SearchRequest, SearchResult
+
+
+@runtime_checkable
+class KnowledgeStore(Protocol):
+    backend: str
+
+    # catalogue
+    def tenants(self) -> list[str]: ...
+    def list_corpora(self, tenant: str) -> list[tuple[str, str]]: ...
+    def describe_corpus(self, tenant: str, corpus: str, description: str) -> None: ...
+    def is_empty(self, tenant: str) -> bool: ...
+    def acl_epoch(self, tenant: str) -> int: ...
+
+    # writes (the harvester's side)
+    def put_identity(
+        self, tenant: str, email: str, source_system: str, account_id: str
+    ) -> bool: ...
+    def put_group(
+        self, tenant: str, source_system: str, group_id: str, members: Sequence[str]
+    ) -> bool: ...
+    def stored_hashes(
+        self, tenant: str, keys: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], StoredHashes]: ...
+    def put_document(self, tenant: str, doc: DocumentWrite) -> str: ...
+    def delete_document(self, tenant: str, source_system: str, external_id: str) -> bool: ...
+
+    # derived indexes
+    def sync_indexes(self, tenant: str, *, vectors: bool = True) -> None: ...
+    def verify_index(self, tenant: str) -> IndexReport: ...
+    def rebuild_index(self, tenant: str) -> int: ...
+
+    # reads
+    def search(self, principal: Principal, request: SearchRequest) -> SearchResult: ...
+
+    def close(self) -> None: ...

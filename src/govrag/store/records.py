@@ -1,0 +1,102 @@
+"""Value types shared by the store's modules (kept apart so no module imports a sibling's)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+EVERYONE = "*"
+_SEP = "\x1f"  # unit separator: rejected in ids at ingest, so tokens are unambiguous
+
+
+def principal_token(source_system: str, principal_id: str) -> str:
+    """The index token of an ACL principal; ``*`` (everyone in the tenant) stays ``*``."""
+    if principal_id == EVERYONE:
+        return EVERYONE
+    return f"{source_system}{_SEP}{principal_id}"
+
+
+@dataclass(frozen=True)
+class IndexedChunk:
+    """One searchable chunk as the derived indexes hold it."""
+
+    chunk_id: int
+    doc_id: int
+    terms: str
+    acl_tokens: tuple[str, ...]
+    corpus: str
+    classification: int
+    vector: npt.NDArray[np.float32] | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class AccessScope:
+    """What a caller may read: resolved principal tokens, classification ceiling, corpora.
+
+    ``tokens`` is empty for an unknown principal or one with no identity: such a caller
+    matches nothing.
+    """
+
+    tenant: str
+    tokens: frozenset[str]
+    ceiling: int
+    corpora: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ChunkRow:
+    """A chunk to write. Non-indexed chunks are parents (sections) kept for context."""
+
+    ordinal: int
+    text: str
+    parent: int | None
+    indexed: bool
+    token_count: int
+
+
+@dataclass(frozen=True)
+class DocumentWrite:
+    """A fully prepared document: validated, chunked and (for changed content) embedded."""
+
+    source_system: str
+    external_id: str
+    corpus: str
+    title: str
+    text_hash: str
+    record_hash: str
+    author: str | None
+    acl: tuple[str, ...]
+    classification: int
+    authority_tier: int
+    updated_at: str | None
+    metadata_json: str
+    metadata_rows: tuple[tuple[str, str | None, float | None], ...]
+    #: None when the content is unchanged and the stored chunks and vectors are kept.
+    chunks: tuple[ChunkRow, ...] | None
+    #: One row per indexed chunk, in chunk order; None without an embedder.
+    vectors: npt.NDArray[np.float32] | None = field(default=None, compare=False)
+    embedder: str | None = None
+
+
+@dataclass(frozen=True)
+class StoredHashes:
+    text_hash: str
+    record_hash: str
+
+
+@dataclass
+class IndexReport:
+    """What ``govrag index verify`` found for one tenant."""
+
+    tenant: str
+    truth_chunks: int
+    lexical_chunks: int
+    missing: int
+    extra: int
+    pending_outbox: int
+
+    @property
+    def differences(self) -> int:
+        return self.missing + self.extra

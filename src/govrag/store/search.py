@@ -1,0 +1,246 @@
+"""Backend-neutral search: legs under the ACL, RRF fusion, re-check, hidden-item marker.
+
+A backend supplies primitives that each apply the caller's access scope *inside* the leg
+(before any top-k truncation); this module composes them. The order of operations is the
+security argument:
+
+1. Resolve the caller's principal tokens from the truth store (one SQL statement).
+2. Run each leg restricted to what the caller may read; caller filters only narrow further.
+3. Fuse, cut to top-k, then re-check those ids against the truth store's ACL; a mismatch is
+   dropped and recorded as an incident (a derived index can lag, the truth store cannot).
+4. For the marker, rank once more without the access predicate and report only *whether* a
+   top-k candidate was unreadable, its source system and its author's email.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from govrag.embed.base import Embedder, FloatArray
+from govrag.errors import ConfigError, NotFoundError
+from govrag.settings import SearchSettings
+from govrag.store.analyzer import default_analyzer
+from govrag.store.fusion import rrf
+from govrag.store.records import AccessScope
+from govrag.types import (
+    HiddenMarker,
+    HiddenSource,
+    MetadataFilter,
+    Principal,
+    SearchHit,
+    SearchRequest,
+    SearchResult,
+    Strategy,
+)
+
+
+@dataclass(frozen=True)
+class ChunkInfo:
+    doc_id: str
+    ordinal: int
+    corpus: str
+    source_system: str
+    text: str
+    author_email: str | None
+
+    @property
+    def public_chunk_id(self) -> str:
+        return f"{self.source_system}:{self.doc_id}#{self.ordinal}"
+
+
+class SearchBackend(Protocol):
+    """Primitives a truth-store backend implements for :func:`run_search`."""
+
+    search_settings: SearchSettings
+    embedder: Embedder | None
+
+    def known_corpora(self, tenant: str) -> list[str]: ...
+
+    def resolve_access(self, principal: Principal, corpora: Sequence[str]) -> AccessScope: ...
+
+    def vector_space(self, tenant: str) -> tuple[str, int] | None: ...
+
+    def filtered_doc_ids(
+        self, tenant: str, corpora: Sequence[str], filters: tuple[MetadataFilter, ...]
+    ) -> list[int]: ...
+
+    def lexical_leg(
+        self,
+        scope: AccessScope,
+        terms: Sequence[str],
+        *,
+        restricted: bool,
+        doc_ids: Sequence[int] | None,
+        limit: int,
+    ) -> list[tuple[int, float]]: ...
+
+    def vector_leg(
+        self,
+        scope: AccessScope,
+        query: FloatArray,
+        *,
+        restricted: bool,
+        doc_ids: Sequence[int] | None,
+        limit: int,
+    ) -> list[tuple[int, float]]: ...
+
+    def readable_chunks(self, scope: AccessScope, chunk_ids: Sequence[int]) -> set[int]: ...
+
+    def chunk_info(self, tenant: str, chunk_ids: Sequence[int]) -> dict[int, ChunkInfo]: ...
+
+    def record_incident(self, tenant: str, kind: str, detail: dict[str, object]) -> None: ...
+
+
+def resolve_corpora(backend: SearchBackend, tenant: str, wanted: Sequence[str] | None) -> list[str]:
+    """The corpora a request targets: the named ones (which must exist) or all of the tenant's."""
+    known = backend.known_corpora(tenant)
+    if not wanted:
+        return known
+    unknown = [c for c in wanted if c not in known]
+    if unknown:
+        listing = ", ".join(repr(c) for c in known) or "none yet (ingest documents first)"
+        raise NotFoundError(
+            f"unknown corpus {unknown[0]!r} in tenant {tenant!r}; known corpora: {listing}"
+        )
+    return list(dict.fromkeys(wanted))
+
+
+def _query_vector(backend: SearchBackend, tenant: str, query: str) -> FloatArray | None:
+    embedder = backend.embedder
+    if embedder is None:
+        raise ConfigError("semantic search needs an embedder; set [embedder] name in govrag.toml")
+    space = backend.vector_space(tenant)
+    if space is None:
+        return None  # nothing embedded yet in this tenant
+    if space != (embedder.name, embedder.dim):
+        raise ConfigError(
+            f"tenant {tenant!r} was embedded with {space[0]!r} ({space[1]} dims) but this "
+            f"deployment uses {embedder.name!r} ({embedder.dim} dims); set [embedder] name = "
+            f"{space[0]!r} in govrag.toml"
+        )
+    return embedder.embed_query(query)
+
+
+def _rank(
+    backend: SearchBackend,
+    scope: AccessScope,
+    request: SearchRequest,
+    terms: Sequence[str],
+    qvec: FloatArray | None,
+    doc_ids: Sequence[int] | None,
+    *,
+    restricted: bool,
+) -> list[tuple[int, float]]:
+    settings = backend.search_settings
+    strategy = request.strategy
+    depth = request.top_k
+    if strategy is Strategy.HYBRID:
+        depth = max(request.top_k, settings.fusion_depth)
+    lexical: list[tuple[int, float]] = []
+    vector: list[tuple[int, float]] = []
+    if strategy in (Strategy.KEYWORD, Strategy.HYBRID):
+        lexical = backend.lexical_leg(
+            scope, terms, restricted=restricted, doc_ids=doc_ids, limit=depth
+        )
+        lexical.sort(key=lambda pair: (-pair[1], pair[0]))
+    if strategy in (Strategy.SEMANTIC, Strategy.HYBRID) and qvec is not None:
+        vector = backend.vector_leg(
+            scope, qvec, restricted=restricted, doc_ids=doc_ids, limit=depth
+        )
+    if strategy is Strategy.KEYWORD:
+        return lexical[: request.top_k]
+    if strategy is Strategy.SEMANTIC:
+        return vector[: request.top_k]
+    fused = rrf(
+        [
+            ([c for c, _ in lexical], settings.lexical_weight),
+            ([c for c, _ in vector], settings.vector_weight),
+        ],
+        k=settings.rrf_k,
+    )
+    return fused[: request.top_k]
+
+
+def run_search(
+    backend: SearchBackend, principal: Principal, request: SearchRequest
+) -> SearchResult:
+    """Search on behalf of ``principal``: only chunks it may read, best first."""
+    tenant = principal.tenant
+    corpora = resolve_corpora(backend, tenant, request.corpora)
+    scope = backend.resolve_access(principal, corpora)
+    empty = SearchResult(query=request.query, strategy=request.strategy, results=())
+    # No identity, or nothing to search: see nothing, learn nothing (not even the marker).
+    if not scope.tokens or not corpora:
+        return empty
+    terms = default_analyzer().analyze(request.query)
+    qvec = None
+    if request.strategy in (Strategy.SEMANTIC, Strategy.HYBRID):
+        qvec = _query_vector(backend, tenant, request.query)
+    doc_ids = None
+    if request.filters:
+        doc_ids = backend.filtered_doc_ids(tenant, corpora, request.filters)
+        if not doc_ids:
+            return empty
+
+    ranked = _rank(backend, scope, request, terms, qvec, doc_ids, restricted=True)
+    ids = [cid for cid, _ in ranked]
+    readable = backend.readable_chunks(scope, ids)
+    stale = [cid for cid in ids if cid not in readable]
+    if stale:
+        backend.record_incident(
+            tenant, "acl_recheck_mismatch", {"chunk_ids": stale, "sub": principal.sub}
+        )
+    kept = [(cid, score) for cid, score in ranked if cid in readable]
+
+    hidden = HiddenMarker()
+    if backend.search_settings.hidden_marker:
+        hidden = _hidden_marker(backend, scope, request, terms, qvec, doc_ids)
+
+    info = backend.chunk_info(tenant, [cid for cid, _ in kept])
+    hits = tuple(
+        SearchHit(
+            doc_id=info[cid].doc_id,
+            chunk_id=info[cid].public_chunk_id,
+            corpus=info[cid].corpus,
+            source_system=info[cid].source_system,
+            score=score,
+            text=info[cid].text,
+        )
+        for cid, score in kept
+        if cid in info
+    )
+    return SearchResult(query=request.query, strategy=request.strategy, results=hits, hidden=hidden)
+
+
+def _hidden_marker(
+    backend: SearchBackend,
+    scope: AccessScope,
+    request: SearchRequest,
+    terms: Sequence[str],
+    qvec: FloatArray | None,
+    doc_ids: Sequence[int] | None,
+) -> HiddenMarker:
+    """Whether a candidate that would have ranked in the top-k without access rules was removed.
+
+    Content-free by construction: only the source system and author email leave this function.
+    """
+    unrestricted = [
+        cid for cid, _ in _rank(backend, scope, request, terms, qvec, doc_ids, restricted=False)
+    ]
+    if not unrestricted:
+        return HiddenMarker()
+    readable = backend.readable_chunks(scope, unrestricted)
+    removed = [cid for cid in unrestricted if cid not in readable]
+    if not removed:
+        return HiddenMarker()
+    info = backend.chunk_info(scope.tenant, removed)
+    sources = sorted(
+        {(i.source_system, i.author_email) for i in info.values()},
+        key=lambda s: (s[0], s[1] or ""),
+    )
+    return HiddenMarker(
+        present=True,
+        sources=tuple(HiddenSource(source_system=s, author_email=a) for s, a in sources),
+    )

@@ -1,0 +1,183 @@
+"""Exact vector search with numpy over the rows the caller's ACL allows.
+
+An in-memory matrix per tenant, derived from the truth store like the lexical index. The ACL
+is applied as a boolean mask over rows *before* any top-k selection: a document is allowed
+when any of its ACL tokens is one of the caller's principal tokens. Nothing is post-filtered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from govrag.store.records import IndexedChunk
+
+_F32 = npt.NDArray[np.float32]
+
+
+class VectorIndex:
+    """Vectors of one tenant with the access attributes needed to mask them."""
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self.applied_seq = 0
+        self._n = 0
+        self._vecs: _F32 = np.zeros((0, dim), dtype=np.float32)
+        self._cid = np.zeros(0, dtype=np.int64)
+        self._didx = np.zeros(0, dtype=np.int64)
+        self._alive = np.zeros(0, dtype=bool)
+        self._corpus = np.zeros(0, dtype=np.int32)
+        self._cls = np.zeros(0, dtype=np.int8)
+        self._corpus_codes: dict[str, int] = {}
+        self._doc_index: dict[int, int] = {}  # doc_id -> dense doc index
+        self._doc_rows: dict[int, list[int]] = {}  # dense doc index -> rows
+        self._doc_tokens: dict[int, tuple[str, ...]] = {}
+        self._token_docs: dict[str, set[int]] = {}
+        self._token_arrays: dict[str, npt.NDArray[np.int64]] = {}
+        self._dead = 0
+
+    def __len__(self) -> int:
+        return int(self._alive[: self._n].sum())
+
+    # -- writes ----------------------------------------------------------------------------
+    def replace(self, doc_ids: Iterable[int], chunks: Iterable[IndexedChunk]) -> None:
+        """Drop every row of ``doc_ids``, then add ``chunks`` (whose docs must be among them)."""
+        for doc_id in doc_ids:
+            self._drop_doc(doc_id)
+        for chunk in chunks:
+            self._add(chunk)
+        if self._dead > 1024 and self._dead * 4 > self._n:
+            self._compact()
+
+    def _drop_doc(self, doc_id: int) -> None:
+        d = self._doc_index.get(doc_id)
+        if d is None:
+            return
+        for row in self._doc_rows.pop(d, []):
+            if self._alive[row]:
+                self._alive[row] = False
+                self._dead += 1
+        for token in self._doc_tokens.pop(d, ()):
+            docs = self._token_docs.get(token)
+            if docs is not None:
+                docs.discard(d)
+                self._token_arrays.pop(token, None)
+
+    def _add(self, chunk: IndexedChunk) -> None:
+        if chunk.vector is None:
+            return
+        if chunk.vector.shape != (self.dim,):
+            raise ValueError(f"vector of chunk {chunk.chunk_id} has shape {chunk.vector.shape}")
+        d = self._doc_index.setdefault(chunk.doc_id, len(self._doc_index))
+        if d not in self._doc_tokens:
+            self._doc_tokens[d] = chunk.acl_tokens
+            for token in chunk.acl_tokens:
+                self._token_docs.setdefault(token, set()).add(d)
+                self._token_arrays.pop(token, None)
+        if self._n == len(self._cid):
+            self._grow(max(1024, 2 * self._n))
+        row = self._n
+        self._vecs[row] = chunk.vector
+        self._cid[row] = chunk.chunk_id
+        self._didx[row] = d
+        self._alive[row] = True
+        self._corpus[row] = self._corpus_codes.setdefault(chunk.corpus, len(self._corpus_codes))
+        self._cls[row] = chunk.classification
+        self._doc_rows.setdefault(d, []).append(row)
+        self._n += 1
+
+    def _grow(self, capacity: int) -> None:
+        def grow(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+            out = np.zeros(shape, dtype=a.dtype)
+            out[: self._n] = a[: self._n]
+            return out
+
+        self._vecs = grow(self._vecs, (capacity, self.dim))
+        self._cid = grow(self._cid, (capacity,))
+        self._didx = grow(self._didx, (capacity,))
+        self._alive = grow(self._alive, (capacity,))
+        self._corpus = grow(self._corpus, (capacity,))
+        self._cls = grow(self._cls, (capacity,))
+
+    def _compact(self) -> None:
+        keep = np.flatnonzero(self._alive[: self._n])
+        self._vecs = np.ascontiguousarray(self._vecs[keep])
+        self._cid = self._cid[keep]
+        self._didx = self._didx[keep]
+        self._alive = self._alive[keep]
+        self._corpus = self._corpus[keep]
+        self._cls = self._cls[keep]
+        self._n = len(keep)
+        self._dead = 0
+        self._doc_rows = {}
+        for row, d in enumerate(self._didx.tolist()):
+            self._doc_rows.setdefault(d, []).append(row)
+
+    # -- reads -----------------------------------------------------------------------------
+    def chunk_ids(self) -> set[int]:
+        return {int(c) for c in self._cid[: self._n][self._alive[: self._n]]}
+
+    def search(
+        self,
+        query: _F32,
+        *,
+        corpora: Sequence[str],
+        acl_tokens: Sequence[str] | None,
+        max_classification: int | None,
+        doc_ids: Sequence[int] | None,
+        limit: int,
+    ) -> list[tuple[int, float]]:
+        """Exact cosine top-``limit`` as (chunk id, score) over the allowed rows only."""
+        n = self._n
+        if n == 0 or not corpora:
+            return []
+        mask = self._alive[:n].copy()
+        codes = [self._corpus_codes[c] for c in corpora if c in self._corpus_codes]
+        if not codes:
+            return []
+        corpus_ok = self._corpus[:n] == codes[0]
+        for code in codes[1:]:
+            corpus_ok |= self._corpus[:n] == code
+        mask &= corpus_ok
+        if max_classification is not None:
+            mask &= self._cls[:n] <= max_classification
+        if acl_tokens is not None:
+            mask &= self._doc_mask(acl_tokens)[self._didx[:n]]
+        if doc_ids is not None:
+            wanted = np.zeros(len(self._doc_index) + 1, dtype=bool)
+            dense = [self._doc_index[i] for i in doc_ids if i in self._doc_index]
+            wanted[dense] = True
+            mask &= wanted[self._didx[:n]]
+        rows = np.flatnonzero(mask)
+        if len(rows) == 0:
+            return []
+        q = np.asarray(query, dtype=np.float32)
+        # A gather copies the selected rows; past ~40% of the matrix one full product is cheaper.
+        gather = len(rows) * 5 < n * 2
+        scores = self._vecs[rows] @ q if gather else (self._vecs[:n] @ q)[rows]
+        k = min(limit, len(rows))
+        if k < len(rows):
+            kth = np.partition(scores, len(rows) - k)[len(rows) - k]
+            top = np.flatnonzero(scores >= kth)  # keeps every row tied at the boundary
+        else:
+            top = np.arange(len(rows))
+        cids = self._cid[rows[top]]
+        top_scores = scores[top]
+        # Order by score, then chunk id, so ties are deterministic across runs and backends.
+        order = np.lexsort((cids, -top_scores))[:k]
+        return [(int(cids[i]), float(top_scores[i])) for i in order]
+
+    def _doc_mask(self, tokens: Sequence[str]) -> npt.NDArray[np.bool_]:
+        allowed = np.zeros(len(self._doc_index) + 1, dtype=bool)
+        for token in tokens:
+            arr = self._token_arrays.get(token)
+            if arr is None:
+                docs = self._token_docs.get(token)
+                if not docs:
+                    continue
+                arr = np.fromiter(docs, dtype=np.int64, count=len(docs))
+                self._token_arrays[token] = arr
+            allowed[arr] = True
+        return allowed

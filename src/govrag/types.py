@@ -1,0 +1,172 @@
+"""Shared value types. Every layer may import this module; it imports nothing of govrag's."""
+
+from __future__ import annotations
+
+from enum import IntEnum, StrEnum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+
+class Classification(IntEnum):
+    """Classification levels, low to high. A principal's clearance is a ceiling."""
+
+    PUBLIC = 0
+    INTERNAL = 1
+    CONFIDENTIAL = 2
+    RESTRICTED = 3
+
+    @classmethod
+    def parse(cls, value: object) -> Classification:
+        """Parse a level name (case-insensitive) or an existing member."""
+        if isinstance(value, Classification):
+            return value
+        if isinstance(value, str):
+            try:
+                return cls[value.strip().upper()]
+            except KeyError:
+                pass
+        names = ", ".join(m.name.lower() for m in cls)
+        raise ValueError(f"unknown classification {value!r}; use one of: {names}")
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+class Strategy(StrEnum):
+    """Retrieval strategies available from the store."""
+
+    KEYWORD = "keyword"
+    SEMANTIC = "semantic"
+    HYBRID = "hybrid"
+
+
+class Frozen(BaseModel):
+    """Base of govrag's value objects: immutable, unknown fields rejected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+Identifier = Annotated[str, StringConstraints(min_length=1, max_length=256, strip_whitespace=True)]
+
+
+class Principal(Frozen):
+    """Verified claims of a caller. Identity never comes from a request body or tool argument."""
+
+    sub: Identifier
+    email: Annotated[str, StringConstraints(min_length=3, max_length=320, strip_whitespace=True)]
+    tenant: Identifier
+    roles: tuple[str, ...] = ()
+    doc_entitlements: tuple[str, ...] = ()
+    clearance: Classification = Classification.INTERNAL
+
+    @field_validator("clearance", mode="before")
+    @classmethod
+    def _parse_clearance(cls, value: object) -> Classification:
+        return Classification.parse(value)
+
+    @field_validator("email")
+    @classmethod
+    def _check_email(cls, value: str) -> str:
+        if "@" not in value:
+            raise ValueError(f"email {value!r} has no '@'; give the principal's email address")
+        return value.casefold()
+
+
+MetaKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}$")]
+MetaValue = str | int | float | bool
+
+
+class MetadataFilter(Frozen):
+    """A typed filter over document metadata. Values are bound parameters, never SQL text.
+
+    ``op`` is one of ``eq`` (value), ``in`` (values), ``range`` (gte and/or lte), ``prefix``
+    (value, a string). Filters only narrow what the ACL already allows.
+    """
+
+    key: MetaKey
+    op: Literal["eq", "in", "range", "prefix"] = "eq"
+    value: MetaValue | None = None
+    values: tuple[MetaValue, ...] | None = None
+    gte: MetaValue | None = None
+    lte: MetaValue | None = None
+
+    def model_post_init(self, __context: object) -> None:
+        if self.op in ("eq", "prefix") and self.value is None:
+            raise ValueError(f"filter on {self.key!r}: op {self.op!r} needs 'value'")
+        if self.op == "prefix" and not isinstance(self.value, str):
+            raise ValueError(f"filter on {self.key!r}: op 'prefix' needs a string value")
+        if self.op == "in" and not self.values:
+            raise ValueError(f"filter on {self.key!r}: op 'in' needs a non-empty 'values' list")
+        if self.op == "range" and self.gte is None and self.lte is None:
+            raise ValueError(f"filter on {self.key!r}: op 'range' needs 'gte' and/or 'lte'")
+        for v in self._all_values():
+            if isinstance(v, str):
+                _check_text(v, f"filter value for {self.key!r}")
+
+    def _all_values(self) -> list[MetaValue]:
+        out: list[MetaValue] = [v for v in (self.value, self.gte, self.lte) if v is not None]
+        out.extend(self.values or ())
+        return out
+
+
+def _check_text(value: str, what: str) -> None:
+    """Reject strings that are not valid Unicode text (lone surrogates, NUL)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{what} is not valid UTF-8 text ({value!r}); pass UTF-8 text") from exc
+    if "\x00" in value:
+        raise ValueError(f"{what} contains a NUL character; remove it")
+
+
+class SearchRequest(Frozen):
+    """What a caller asks the store for. The principal is passed separately, never in here."""
+
+    query: Annotated[str, StringConstraints(max_length=4096)]
+    corpora: tuple[Identifier, ...] | None = None
+    strategy: Strategy = Strategy.HYBRID
+    top_k: int = Field(default=10, ge=1, le=1000)
+    filters: tuple[MetadataFilter, ...] = ()
+
+    @field_validator("query")
+    @classmethod
+    def _check_query(cls, value: str) -> str:
+        _check_text(value, "query")
+        if not value.strip():
+            raise ValueError("query is blank; pass some words to search for")
+        return value
+
+
+class SearchHit(Frozen):
+    """One allowed chunk. ``doc_id`` is the document's external id in its source system."""
+
+    doc_id: str
+    chunk_id: str
+    corpus: str
+    source_system: str
+    score: float
+    text: str
+
+
+class HiddenSource(Frozen):
+    source_system: str
+    author_email: str | None = None
+
+
+class HiddenMarker(Frozen):
+    """Content-free marker: was a relevant candidate removed by access rules, and where.
+
+    Never carries a title, text, score, id or count.
+    """
+
+    present: bool = False
+    sources: tuple[HiddenSource, ...] = ()
+
+
+class SearchResult(Frozen):
+    query: str
+    strategy: Strategy
+    results: tuple[SearchHit, ...]
+    hidden: HiddenMarker = HiddenMarker()

@@ -1,0 +1,291 @@
+"""Hypothesis against an independent, naive reference model of the knowledge store.
+
+The reference uses plain Python sets for identities, nested groups, ACLs, tenants and
+classifications, brute-force BM25 (tantivy's formula) and brute-force cosine. For random worlds
+and queries in every strategy:
+- every result is readable by the caller;
+- the exact legs (keyword, semantic) return the reference top-k over the allowed set;
+- the hidden marker names only sources/authors of unreadable top-k candidates, as the rule says.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from govrag.embed.hashing import HashEmbedder
+from govrag.harvest.records import Record
+from govrag.store.analyzer import default_analyzer
+from govrag.types import Classification, Principal, SearchRequest, Strategy
+
+from conftest import doc, group, ident, load, make_store
+
+VOCAB = ["wire", "limit", "risk", "credit", "model", "policy", "console", "audit", "loan", "fraud"]
+SYSTEMS = ["s1", "s2"]
+ACCOUNTS = ["a0", "a1", "a2", "a3"]
+GROUPS = ["g0", "g1", "g2"]
+EMAILS = ["u0@x.example", "u1@x.example", "u2@x.example", "u3@x.example"]
+TENANTS = ["t1", "t2"]
+CORPORA = ["c1", "c2"]
+LEVELS = ["public", "internal", "confidential", "restricted"]
+EPS = 1e-4
+
+
+@dataclass(frozen=True)
+class RDoc:
+    tenant: str
+    system: str
+    ext: str
+    corpus: str
+    text: str
+    acl: frozenset[str]
+    level: int
+    author: str | None
+
+
+@dataclass(frozen=True)
+class World:
+    identities: frozenset[tuple[str, str, str, str]]  # tenant, email, system, account
+    groups: dict[tuple[str, str, str], frozenset[str]]  # (tenant, system, group) -> members
+    docs: tuple[RDoc, ...]
+
+
+@st.composite
+def worlds(draw: st.DrawFn) -> World:
+    identities = frozenset(
+        draw(
+            st.sets(
+                st.tuples(
+                    st.sampled_from(TENANTS),
+                    st.sampled_from(EMAILS[:3]),
+                    st.sampled_from(SYSTEMS),
+                    st.sampled_from(ACCOUNTS),
+                ),
+                max_size=8,
+            )
+        )
+    )
+    groups = {}
+    for tenant in TENANTS:
+        for system in SYSTEMS:
+            for g in GROUPS:
+                members = draw(st.sets(st.sampled_from(ACCOUNTS + GROUPS), max_size=3))
+                if members:  # cycles allowed: g0 in g1 in g0
+                    groups[(tenant, system, g)] = frozenset(members)
+    docs = []
+    for i in range(draw(st.integers(min_value=1, max_value=14))):
+        system = draw(st.sampled_from(SYSTEMS))
+        docs.append(
+            RDoc(
+                tenant=draw(st.sampled_from(TENANTS)),
+                system=system,
+                ext=f"d{i}",
+                corpus=draw(st.sampled_from(CORPORA)),
+                text=" ".join(draw(st.lists(st.sampled_from(VOCAB), min_size=1, max_size=10))),
+                acl=frozenset(
+                    draw(st.sets(st.sampled_from([*ACCOUNTS, *GROUPS, "*"]), max_size=3))
+                ),
+                level=draw(st.integers(min_value=0, max_value=3)),
+                author=draw(st.none() | st.sampled_from(ACCOUNTS)),
+            )
+        )
+    return World(identities=identities, groups=groups, docs=tuple(docs))
+
+
+# -- the reference model ----------------------------------------------------------------------
+def principals(world: World, tenant: str, email: str) -> set[tuple[str, str]]:
+    have = {(s, a) for t, e, s, a in world.identities if t == tenant and e == email}
+    changed = True
+    while changed:
+        changed = False
+        for (t, s, g), members in world.groups.items():
+            if t == tenant and (s, g) not in have and any((s, m) in have for m in members):
+                have.add((s, g))
+                changed = True
+    return have
+
+
+def readable(
+    world: World, d: RDoc, tenant: str, email: str, ceiling: int, corpora: list[str]
+) -> bool:
+    if d.tenant != tenant or d.level > ceiling or d.corpus not in corpora:
+        return False
+    mine = principals(world, tenant, email)
+    if "*" in d.acl and mine:
+        return True
+    return any((d.system, p) in mine for p in d.acl)
+
+
+def bm25(world: World, tenant: str, query: str) -> dict[str, float]:
+    analyze = default_analyzer().analyze
+    docs = [d for d in world.docs if d.tenant == tenant]
+    toks = {d.ext: analyze("\n" + d.text) for d in docs}
+    n = len(docs)
+    avgdl = sum(len(t) for t in toks.values()) / n
+    out: dict[str, float] = {}
+    for term in set(analyze(query)):
+        df = sum(1 for t in toks.values() if term in t)
+        if df == 0:
+            continue
+        idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+        for ext, t in toks.items():
+            tf = t.count(term)
+            if tf:
+                norm = tf + 1.2 * (1 - 0.75 + 0.75 * len(t) / avgdl)
+                out[ext] = out.get(ext, 0.0) + idf * tf * 2.2 / norm
+    return out
+
+
+def cosine(world: World, tenant: str, query: str) -> dict[str, float]:
+    emb = HashEmbedder(dim=64)
+    q = emb.embed_query(query).astype(np.float64)
+    return {
+        d.ext: float(emb.embed_documents([d.text])[0].astype(np.float64) @ q)
+        for d in world.docs
+        if d.tenant == tenant
+    }
+
+
+def author_email(world: World, d: RDoc) -> str | None:
+    emails = sorted(
+        e for t, e, s, a in world.identities if t == d.tenant and s == d.system and a == d.author
+    )
+    return emails[0] if emails else None
+
+
+def check_topk(actual: list[tuple[str, float]], reference: dict[str, float], k: int) -> None:
+    """Actual must be the reference top-k, up to order among (near-)ties."""
+    ranked = sorted(reference.items(), key=lambda p: -p[1])
+    want = ranked[:k]
+    assert len(actual) == len(want), (actual, want)
+    if not want:
+        return
+    kth = want[-1][1]
+    for ext, score in actual:
+        assert ext in reference, f"{ext} is not an allowed match"
+        assert math.isclose(score, reference[ext], rel_tol=EPS, abs_tol=EPS), (ext, score)
+        assert reference[ext] >= kth - EPS
+    must = {e for e, s in want if s > kth + EPS}
+    assert must <= {e for e, _ in actual}
+    scores = [s for _, s in actual]
+    assert all(a >= b - EPS for a, b in itertools.pairwise(scores))
+
+
+def to_records(world: World, tenant: str) -> list[Record]:
+    out: list[Record] = [ident(e, a, s) for t, e, s, a in sorted(world.identities) if t == tenant]
+    out += [group(g, sorted(m), s) for (t, s, g), m in sorted(world.groups.items()) if t == tenant]
+    out += [
+        doc(
+            d.ext,
+            d.text,
+            sorted(d.acl),
+            corpus=d.corpus,
+            source=d.system,
+            classification=LEVELS[d.level],
+            author=d.author,
+        )
+        for d in world.docs
+        if d.tenant == tenant
+    ]
+    return out
+
+
+queries = st.lists(st.sampled_from(VOCAB), min_size=1, max_size=3).map(" ".join)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    world=worlds(),
+    query=queries,
+    ceiling=st.integers(min_value=0, max_value=3),
+    k=st.integers(min_value=1, max_value=6),
+    corpora=st.none() | st.lists(st.sampled_from(CORPORA), min_size=1, unique=True),
+)
+def test_store_matches_reference_model(
+    world: World, query: str, ceiling: int, k: int, corpora: list[str] | None
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        store = make_store(Path(tmp))
+        try:
+            for tenant in TENANTS:
+                records = to_records(world, tenant)
+                if records:
+                    load(store, records, tenant)
+            for tenant in TENANTS:
+                known = [c for c, _ in store.list_corpora(tenant)]
+                scope = [c for c in (corpora or known) if c in known]
+                if corpora and len(scope) != len(corpora):
+                    continue  # unknown corpus: a clear error, covered elsewhere
+                lexical = bm25(world, tenant, query) if known else {}
+                dense = cosine(world, tenant, query)
+                for email in EMAILS:
+                    caller = Principal(
+                        sub="u", email=email, tenant=tenant, clearance=Classification(ceiling)
+                    )
+                    can = {
+                        d.ext
+                        for d in world.docs
+                        if readable(world, d, tenant, email, ceiling, scope)
+                    }
+                    for strategy in Strategy:
+                        request = SearchRequest(
+                            query=query,
+                            strategy=strategy,
+                            top_k=k,
+                            corpora=tuple(corpora) if corpora else None,
+                        )
+                        result = store.search(caller, request)
+                        got = [(h.doc_id, h.score) for h in result.results]
+                        assert {e for e, _ in got} <= can, "a result the caller may not read"
+                        if strategy is Strategy.KEYWORD:
+                            check_topk(got, {e: s for e, s in lexical.items() if e in can}, k)
+                            marker_ref = lexical
+                        elif strategy is Strategy.SEMANTIC:
+                            check_topk(got, {e: s for e, s in dense.items() if e in can}, k)
+                            marker_ref = dense
+                        else:
+                            marker_ref = {}
+                        check_marker(world, tenant, scope, can, result, marker_ref, k, email)
+        finally:
+            store.close()
+
+
+def check_marker(
+    world: World,
+    tenant: str,
+    scope: list[str],
+    can: set[str],
+    result: object,
+    reference: dict[str, float],
+    k: int,
+    email: str,
+) -> None:
+    hidden = result.hidden  # type: ignore[attr-defined]
+    by_ext = {d.ext: d for d in world.docs if d.tenant == tenant and d.corpus in scope}
+    unreadable = {e for e in by_ext if e not in can}
+    named = {(s.source_system, s.author_email) for s in hidden.sources}
+    assert hidden.present == bool(named)
+    if not principals(world, tenant, email):
+        assert not hidden.present  # no identity: learns nothing
+        return
+    allowed_names = {(by_ext[e].system, author_email(world, by_ext[e])) for e in unreadable}
+    assert named <= allowed_names, "marker names a source/author of no unreadable candidate"
+    if not reference:
+        return  # hybrid: only the containment above is exact
+    ranked = sorted(((e, s) for e, s in reference.items() if e in by_ext), key=lambda p: -p[1])
+    top = ranked[:k]
+    if not top:
+        assert not hidden.present
+        return
+    kth = top[-1][1]
+    may = {e for e, s in ranked if s >= kth - EPS and e in unreadable}
+    must = {e for e, s in top if s > kth + EPS and e in unreadable}
+    assert named <= {(by_ext[e].system, author_email(world, by_ext[e])) for e in may}
+    assert {(by_ext[e].system, author_email(world, by_ext[e])) for e in must} <= named
