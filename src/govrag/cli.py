@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-from govrag.errors import GovragError, InputError
+from govrag.errors import GovragError, InputError, describe_validation
 from govrag.types import SearchRequest, SearchResult, Strategy
 
 app = typer.Typer(
@@ -28,7 +28,7 @@ index_app = typer.Typer(
 )
 app.add_typer(index_app, name="index")
 
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 T = TypeVar("T")
 
 DeploymentOpt = Annotated[
@@ -165,11 +165,11 @@ def search(
                 query=query,
                 corpora=tuple(corpus) if corpus else None,
                 strategy=strategy,
-                top_k=top_k or dep.settings.search.default_top_k,
+                top_k=dep.settings.search.default_top_k if top_k is None else top_k,
                 filters=filters,
             )
         except ValueError as exc:
-            raise InputError(str(exc).splitlines()[-1] if str(exc) else "invalid request") from exc
+            raise InputError(describe_validation(exc)) from exc
         result: SearchResult = dep.store.search(principal, request)
         dep.close()
         return result
@@ -182,7 +182,7 @@ def search(
 
 
 def _print_result(result: SearchResult) -> None:
-    out = Console()
+    out = Console(soft_wrap=True)
     if not result.results:
         out.print("no results you may read")
     for rank, hit in enumerate(result.results, start=1):

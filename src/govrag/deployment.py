@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from govrag.embed import get_embedder
 from govrag.embed.base import Embedder
-from govrag.errors import ConfigError, NotFoundError
+from govrag.errors import ConfigError, NotFoundError, describe_validation
 from govrag.settings import CONFIG_FILE, PRINCIPALS_FILE, Settings, load_settings
 from govrag.store import KnowledgeStore, open_store
 from govrag.types import Principal
@@ -40,9 +40,7 @@ def load_principals(path: Path) -> dict[str, Principal]:
     try:
         parsed = PrincipalsFile.model_validate(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"])
-        raise ConfigError(f"{path}: {loc}: {err['msg']}") from exc
+        raise ConfigError(f"{path}: {describe_validation(exc)}") from exc
     out: dict[str, Principal] = {}
     for p in parsed.principals:
         if p.sub in out:

@@ -69,3 +69,27 @@ class IndexStaleError(StoreError):
 
     Searching a stale index could serve a revoked chunk, so the search is refused instead.
     """
+
+
+def describe_validation(exc: Exception) -> str:
+    """One line per problem of a pydantic ``ValidationError``: the field, what is wrong, a fix.
+
+    Other exceptions are returned as their message.
+    """
+    errors = getattr(exc, "errors", None)
+    if not callable(errors):
+        return str(exc)
+    parts = []
+    for err in errors():
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        kind = err.get("type", "")
+        msg = str(err.get("msg", "")).removeprefix("Value error, ")
+        if kind == "extra_forbidden":
+            parts.append(f"unknown field {loc!r}; remove it or check its spelling")
+        elif kind == "missing":
+            parts.append(f"field {loc!r} is required")
+        elif loc:
+            parts.append(f"field {loc!r}: {msg}")
+        else:
+            parts.append(msg)
+    return "; ".join(parts) or str(exc)

@@ -20,7 +20,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from govrag.errors import ConfigError
+from govrag.errors import ConfigError, describe_validation
 
 CONFIG_FILE = "govrag.toml"
 PRINCIPALS_FILE = "principals.json"
@@ -180,11 +180,4 @@ def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
 
 
 def _describe(exc: ValidationError, source: str) -> str:
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(root)"
-        if err["type"] == "extra_forbidden":
-            parts.append(f"unknown setting {loc!r}; remove it or check its spelling")
-        else:
-            parts.append(f"{loc}: {err['msg']} (got {err.get('input')!r})")
-    return f"{source}: " + "; ".join(parts)
+    return f"{source}: {describe_validation(exc)}"

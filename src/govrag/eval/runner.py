@@ -10,12 +10,13 @@ from __future__ import annotations
 import re
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from govrag.embed import get_embedder
-from govrag.eval.beir import load_beir
+from govrag.embed.base import Embedder
+from govrag.eval.beir import BeirDataset, load_beir
 from govrag.eval.metrics import evaluate, percentile
 from govrag.harvest.ingest import Ingestor
 from govrag.harvest.records import DocumentRecord, IdentityRecord
@@ -25,6 +26,7 @@ from govrag.types import Classification, Principal, SearchRequest, Strategy
 
 TENANT = "eval"
 SOURCE = "beir"
+EVAL_EMAIL = "eval@govrag.local"
 
 
 def run_beir_eval(
@@ -39,10 +41,36 @@ def run_beir_eval(
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Run every query of ``split``; returns the figures ``govrag eval --json`` prints."""
+    return run_beir_evals(
+        beir_dir,
+        strategies=[strategy],
+        split=split,
+        embedder=embedder,
+        top_k=top_k,
+        search=search,
+        ingest=ingest,
+        progress=progress,
+    )[0]
+
+
+def run_beir_evals(
+    beir_dir: str | Path,
+    *,
+    strategies: Sequence[Strategy],
+    split: str = "test",
+    embedder: str = "hash",
+    top_k: int = 100,
+    search: SearchSettings | None = None,
+    ingest: IngestSettings | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Like :func:`run_beir_eval` for several strategies over one store (embedded once)."""
     say = progress or (lambda _msg: None)
     data = load_beir(beir_dir, split)
     corpus_id = re.sub(r"[^A-Za-z0-9_.:\-]", "-", data.name).strip("-") or "beir"
-    emb = get_embedder(embedder) if strategy is not Strategy.KEYWORD else None
+    dense = any(s is not Strategy.KEYWORD for s in strategies)
+    emb = get_embedder(embedder) if dense else None
+    out: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="govrag-eval-") as tmp:
         store = SQLiteStore(
             Path(tmp) / "eval.db", index_dir=Path(tmp) / "index", embedder=emb, search=search
@@ -54,10 +82,7 @@ def run_beir_eval(
             ingestor.add(
                 "eval",
                 IdentityRecord(
-                    type="identity",
-                    email="eval@govrag.local",
-                    source_system=SOURCE,
-                    account_id="eval",
+                    type="identity", email=EVAL_EMAIL, source_system=SOURCE, account_id="eval"
                 ),
             )
             for doc in data.corpus.values():
@@ -78,32 +103,33 @@ def run_beir_eval(
             store.sync_indexes(TENANT)
             elapsed = time.perf_counter() - started
             say(f"indexed in {elapsed:.1f}s; running {len(data.queries)} queries")
-            principal = Principal(
-                sub="eval",
-                email="eval@govrag.local",
-                tenant=TENANT,
-                clearance=Classification.PUBLIC,
-            )
-            run: dict[str, list[str]] = {}
-            latencies: list[float] = []
-            for qid, text in data.queries.items():
-                request = SearchRequest(
-                    query=text,
-                    strategy=strategy,
-                    top_k=min(1000, top_k * 2),
-                )  # chunks are deduplicated to documents below
-                t0 = time.perf_counter()
-                result = store.search(principal, request)
-                latencies.append((time.perf_counter() - t0) * 1000)
-                ranking = list(dict.fromkeys(hit.doc_id for hit in result.results))[:top_k]
-                run[qid] = ranking
+            for strategy in strategies:
+                out.append(_run_queries(store, data, strategy, top_k, emb))
         finally:
             store.close()
+    return out
+
+
+def _run_queries(
+    store: SQLiteStore, data: BeirDataset, strategy: Strategy, top_k: int, emb: Embedder | None
+) -> dict[str, Any]:
+    principal = Principal(
+        sub="eval", email=EVAL_EMAIL, tenant=TENANT, clearance=Classification.PUBLIC
+    )
+    run: dict[str, list[str]] = {}
+    latencies: list[float] = []
+    for qid, text in data.queries.items():
+        # Chunks are deduplicated to documents, so ask for more chunks than documents.
+        request = SearchRequest(query=text, strategy=strategy, top_k=min(1000, top_k * 2))
+        t0 = time.perf_counter()
+        result = store.search(principal, request)
+        latencies.append((time.perf_counter() - t0) * 1000)
+        run[qid] = list(dict.fromkeys(hit.doc_id for hit in result.results))[:top_k]
     figures = evaluate(run, data.qrels)
     return {
         "dataset": data.name,
         "strategy": str(strategy),
-        "embedder": embedder if emb is not None else None,
+        "embedder": emb.name if emb is not None and strategy is not Strategy.KEYWORD else None,
         "queries": len(data.queries),
         "ndcg@10": round(figures["ndcg@10"], 4),
         "recall@100": round(figures["recall@100"], 4),

@@ -20,7 +20,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from govrag.embed.base import Embedder
-from govrag.errors import InputError
+from govrag.errors import InputError, describe_validation
 from govrag.harvest.chunking import chunk_text
 from govrag.harvest.records import (
     RECORD_TYPES,
@@ -116,7 +116,7 @@ def parse_record(raw: bytes, *, max_text_bytes: int) -> Record:
     try:
         record: Record = model.model_validate(obj)  # type: ignore[assignment]
     except ValidationError as exc:
-        raise InputError(_describe(exc)) from exc
+        raise InputError(describe_validation(exc)) from exc
     if isinstance(record, DocumentRecord):
         try:
             record.text.encode("utf-8")
@@ -125,17 +125,6 @@ def parse_record(raw: bytes, *, max_text_bytes: int) -> Record:
                 "field 'text' holds an unpaired surrogate escape; fix the text"
             ) from exc
     return record
-
-
-def _describe(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"])
-    if err["type"] == "extra_forbidden":
-        return f"unknown field {loc!r}; remove it or check its spelling"
-    if err["type"] == "missing":
-        return f"field {loc!r} is required"
-    msg = err["msg"].removeprefix("Value error, ")
-    return f"field {loc!r}: {msg}"
 
 
 def read_lines(path: Path) -> Iterator[tuple[int, bytes, int]]:

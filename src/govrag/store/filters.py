@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from govrag.errors import InputError
+from govrag.errors import InputError, describe_validation
 from govrag.types import MetadataFilter, MetaValue
 
 #: A string that sorts after every string starting with a prefix (UTF-8 / code point order).
@@ -108,15 +108,4 @@ def parse_cli_filter(raw: str) -> MetadataFilter:
     try:
         return MetadataFilter(key=key, op="eq", value=value)
     except ValueError as exc:
-        raise InputError(f"--filter {raw!r}: {_first_error(exc)}") from exc
-
-
-def _first_error(exc: ValueError) -> str:
-    errors = getattr(exc, "errors", None)
-    if callable(errors):
-        errs = errors()
-        if errs:
-            loc = ".".join(str(p) for p in errs[0].get("loc", ()))
-            msg = str(errs[0].get("msg", exc))
-            return f"{loc}: {msg}" if loc else msg
-    return str(exc)
+        raise InputError(f"--filter {raw!r}: {describe_validation(exc)}") from exc

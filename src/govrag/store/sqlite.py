@@ -624,18 +624,20 @@ class SQLiteStore:
         if not chunk_ids or not scope.tokens:
             return set()
         rows = self._q(
-            "SELECT c.chunk_id FROM chunks c JOIN documents d ON d.doc_id = c.doc_id "
+            # CROSS JOIN pins the join order: look up the few given ids by primary key instead
+            # of scanning the tenant's chunks.
+            "SELECT c.chunk_id FROM json_each(?) j CROSS JOIN chunks c ON c.chunk_id = j.value "
+            "JOIN documents d ON d.doc_id = c.doc_id "
             "WHERE c.tenant_id = ? AND d.tenant_id = ? AND c.indexed = 1 "
-            "AND c.chunk_id IN (SELECT value FROM json_each(?)) "
             "AND d.classification <= ? AND d.corpus_id IN (SELECT value FROM json_each(?)) "
             "AND EXISTS (SELECT 1 FROM doc_acl a WHERE a.doc_id = d.doc_id AND "
             "  (CASE WHEN a.principal_id = '*' THEN '*' "
             "   ELSE a.source_system || char(31) || a.principal_id END) "
             "  IN (SELECT value FROM json_each(?)))",
             (
-                scope.tenant,
-                scope.tenant,
                 json.dumps(list(chunk_ids)),
+                scope.tenant,
+                scope.tenant,
                 scope.ceiling,
                 json.dumps(list(scope.corpora)),
                 json.dumps(sorted(scope.tokens)),
@@ -649,9 +651,9 @@ class SQLiteStore:
             "SELECT c.chunk_id, d.external_id, c.ordinal, d.corpus_id, d.source_system, c.text, "
             " (SELECT MIN(i.email) FROM identities i WHERE i.tenant_id = d.tenant_id "
             "  AND i.source_system = d.source_system AND i.account_id = d.author_account) "
-            "FROM chunks c JOIN documents d ON d.doc_id = c.doc_id "
-            "WHERE c.tenant_id = ? AND c.chunk_id IN (SELECT value FROM json_each(?))",
-            (tenant, json.dumps(list(chunk_ids))),
+            "FROM json_each(?) j CROSS JOIN chunks c ON c.chunk_id = j.value "
+            "JOIN documents d ON d.doc_id = c.doc_id WHERE c.tenant_id = ?",
+            (json.dumps(list(chunk_ids)), tenant),
         )
         return {
             r[0]: ChunkInfo(

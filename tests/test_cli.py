@@ -1,0 +1,176 @@
+"""The CLI as a user runs it: real subprocesses, real files, stdout/stderr/exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SAMPLE = Path(__file__).resolve().parents[1] / "src" / "govrag" / "data" / "sample.jsonl"
+PRINCIPALS = {
+    "principals": [
+        {"sub": "ana", "email": "ana@bank.example", "tenant": "bank", "clearance": "confidential"},
+        {"sub": "ben", "email": "ben@bank.example", "tenant": "bank", "clearance": "internal"},
+        {"sub": "eve", "email": "eve@elsewhere.example", "tenant": "bank"},
+    ]
+}
+
+
+def govrag(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "govrag.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("cli")
+    done = govrag("init", "dep", "--embedder", "hash", "--tenant", "bank", cwd=root)
+    assert done.returncode == 0, done.stderr
+    dep = root / "dep"
+    (dep / "principals.json").write_text(json.dumps(PRINCIPALS))
+    done = govrag("ingest", str(SAMPLE), "--json", cwd=root, env={"GOVRAG_DEPLOYMENT": str(dep)})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["added"] == 6
+    return dep
+
+
+def search(dep: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return govrag("search", *args, "--deployment", str(dep), cwd=dep)
+
+
+def test_search_json_is_exactly_one_document(deployment: Path) -> None:
+    done = search(
+        deployment, "wire transfer approval", "--as", "ben", "--json", "--strategy", "keyword"
+    )
+    assert done.returncode == 0, done.stderr
+    payload = json.loads(done.stdout)  # the whole of stdout parses as one JSON document
+    assert set(payload) == {"query", "strategy", "results", "hidden"}
+    assert set(payload["results"][0]) == {
+        "doc_id",
+        "chunk_id",
+        "corpus",
+        "source_system",
+        "score",
+        "text",
+    }
+    assert "policy-wire-limits-v3" not in done.stdout  # Ben may not read it ...
+    assert payload["hidden"] == {  # ... but learns whom to ask
+        "present": True,
+        "sources": [{"source_system": "sharepoint", "author_email": "carla@bank.example"}],
+    }
+
+
+def test_two_principals_see_different_things(deployment: Path) -> None:
+    def docs(sub: str) -> set[str]:
+        done = search(
+            deployment,
+            "wire transfer",
+            "--as",
+            sub,
+            "--json",
+            "--strategy",
+            "keyword",
+            "--top-k",
+            "20",
+        )
+        return {r["doc_id"] for r in json.loads(done.stdout)["results"]}
+
+    assert "policy-wire-limits-v3" in docs("ana")
+    assert "policy-wire-limits-v3" not in docs("ben")
+    assert docs("eve") == set()  # no identity: nothing, not even public documents
+
+
+def test_filters_and_corpus(deployment: Path) -> None:
+    done = search(deployment, "wire", "--as", "ana", "--json", "--filter", "doc_type=policy",
+                  "--corpus", "policy-engine", "--strategy", "keyword")  # fmt: skip
+    assert {r["doc_id"] for r in json.loads(done.stdout)["results"]} == {"policy-wire-limits-v3"}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["wire", "--as", "nobody"], "unknown principal 'nobody'"),
+        (["wire", "--as", "ana", "--corpus", "nope"], "unknown corpus 'nope'"),
+        (["wire", "--as", "ana", "--filter", "novalue"], "is not KEY=VALUE"),
+        (["wire", "--as", "ana", "--filter", "bad key=1"], "--filter 'bad key=1'"),
+        (["   ", "--as", "ana"], "query is blank"),
+        (["wire", "--as", "ana", "--top-k", "0"], "top_k"),
+    ],
+)
+def test_bad_input_is_one_clear_line(deployment: Path, args: list[str], message: str) -> None:
+    done = search(deployment, *args, "--json")
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_ingest_reports_bad_lines(deployment: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(
+        b'{"type":"nope"}\n\n{"type":"identity","email":"x@y.z","source_system":"s","account_id":"a"}\n\xff\n'
+    )
+    done = govrag("ingest", str(bad), "--json", "-d", str(deployment), cwd=tmp_path)
+    assert done.returncode == 1
+    assert json.loads(done.stdout)["errors"] == 2 and json.loads(done.stdout)["identities"] == 1
+    assert f"{bad}:1: unknown record type 'nope'" in done.stderr
+    assert f"{bad}:4: not valid UTF-8" in done.stderr
+
+
+def test_index_verify_and_rebuild(deployment: Path) -> None:
+    done = govrag("index", "verify", "--json", "-d", str(deployment), cwd=deployment)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["differences"] == 0
+    done = govrag("index", "rebuild", "--json", "-d", str(deployment), cwd=deployment)
+    assert json.loads(done.stdout) == {"rebuilt": {"bank": 6}}
+
+
+def test_missing_deployment_and_bad_config(tmp_path: Path) -> None:
+    done = govrag("search", "x", "--as", "a", "-d", str(tmp_path / "nope"), cwd=tmp_path)
+    assert done.returncode == 2 and "govrag init" in done.stderr
+    (tmp_path / "govrag.toml").write_text("[search]\nrrf_k = 'many'\nbogus = 1\n")
+    done = govrag("index", "verify", "-d", str(tmp_path), cwd=tmp_path)
+    assert done.returncode == 2 and "govrag.toml" in done.stderr and "Traceback" not in done.stderr
+    (tmp_path / "govrag.toml").write_text("[search\n")
+    done = govrag("index", "verify", "-d", str(tmp_path), cwd=tmp_path)
+    assert done.returncode == 2 and "invalid TOML" in done.stderr
+
+
+def test_init_refuses_to_overwrite(tmp_path: Path) -> None:
+    assert govrag("init", "d", "--embedder", "hash", cwd=tmp_path).returncode == 0
+    done = govrag("init", "d", "--embedder", "hash", cwd=tmp_path)
+    assert done.returncode == 2 and "--force" in done.stderr
+
+
+def test_eval_on_a_tiny_beir_dataset(tmp_path: Path) -> None:
+    beir = tmp_path / "tiny"
+    (beir / "qrels").mkdir(parents=True)
+    (beir / "corpus.jsonl").write_text(
+        "\n".join(
+            json.dumps({"_id": f"d{i}", "title": "", "text": text})
+            for i, text in enumerate(["cats purr softly", "dogs bark loudly", "stock markets fell"])
+        )
+    )
+    (beir / "queries.jsonl").write_text(
+        json.dumps({"_id": "q1", "text": "barking dogs"}) + "\n"
+        + json.dumps({"_id": "q2", "text": "markets"}) + "\n"
+    )  # fmt: skip
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t1\n")
+    done = govrag("eval", str(beir), "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout)
+    assert {k: figures[k] for k in ("dataset", "strategy", "queries", "ndcg@10", "mrr@10")} == {
+        "dataset": "tiny", "strategy": "keyword", "queries": 2, "ndcg@10": 1.0, "mrr@10": 1.0,
+    }  # fmt: skip
+    assert {"recall@100", "p50_ms", "p95_ms"} <= set(figures)
