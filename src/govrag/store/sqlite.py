@@ -680,8 +680,10 @@ class SQLiteStore:
 
     def search(self, principal: Principal, request: SearchRequest) -> SearchResult:
         """Ranked candidates the principal may read, with the hidden-item marker."""
-        self.sync_indexes(principal.tenant, vectors=request.strategy != "keyword")
-        return run_search(self, principal, request)
+        # One connection and mutable in-memory indexes: searches are serialised per store.
+        with self._lock:
+            self.sync_indexes(principal.tenant, vectors=request.strategy != "keyword")
+            return run_search(self, principal, request)
 
 
 def _tenant_dir(tenant: str) -> str:

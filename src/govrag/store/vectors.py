@@ -37,6 +37,8 @@ class VectorIndex:
         self._token_docs: dict[str, set[int]] = {}
         self._token_arrays: dict[str, npt.NDArray[np.int64]] = {}
         self._dead = 0
+        #: (query bytes, scores of every row) of the last full product; cleared on any change.
+        self._memo: tuple[bytes, _F32] | None = None
 
     def __len__(self) -> int:
         return int(self._alive[: self._n].sum())
@@ -44,6 +46,7 @@ class VectorIndex:
     # -- writes ----------------------------------------------------------------------------
     def replace(self, doc_ids: Iterable[int], chunks: Iterable[IndexedChunk]) -> None:
         """Drop every row of ``doc_ids``, then add ``chunks`` (whose docs must be among them)."""
+        self._memo = None
         for doc_id in doc_ids:
             self._drop_doc(doc_id)
         for chunk in chunks:
@@ -153,10 +156,17 @@ class VectorIndex:
         rows = np.flatnonzero(mask)
         if len(rows) == 0:
             return []
-        q = np.asarray(query, dtype=np.float32)
-        # A gather copies the selected rows; past ~40% of the matrix one full product is cheaper.
-        gather = len(rows) * 5 < n * 2
-        scores = self._vecs[rows] @ q if gather else (self._vecs[:n] @ q)[rows]
+        q = np.ascontiguousarray(query, dtype=np.float32)
+        key = q.tobytes()
+        if self._memo is not None and self._memo[0] == key:
+            scores = self._memo[1][rows]  # same query, same matrix: reuse the full product
+        elif len(rows) * 8 < n:
+            # Gathering rows costs several times a product row; it pays only when selective.
+            scores = self._vecs[rows] @ q
+        else:
+            full = self._vecs[:n] @ q
+            self._memo = (key, full)
+            scores = full[rows]
         k = min(limit, len(rows))
         if k < len(rows):
             kth = np.partition(scores, len(rows) - k)[len(rows) - k]
