@@ -116,6 +116,16 @@ def test_bad_input_is_one_clear_line(deployment: Path, args: list[str], message:
     assert "Traceback" not in done.stderr and done.stdout == ""
 
 
+def test_non_utf8_filter_value(deployment: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "govrag.cli", "search", "wire", "--as", "ana", "--json",
+         "--filter", b"doc_type=\xff", "-d", str(deployment)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stdout == ""
+    assert "not valid UTF-8" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_ingest_reports_bad_lines(deployment: Path, tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(

@@ -133,9 +133,9 @@ def load_settings(deployment: str | Path | None = None, **overrides: Any) -> Set
     config_path = root / CONFIG_FILE
     file_values: dict[str, Any] = read_toml(config_path) if config_path.exists() else {}
     file_values.pop("deployment", None)
-    env_cls = _env_only_settings()
     try:
-        env_values = env_cls().model_dump(exclude_unset=True)
+        # Only what the environment set: defaults stay unset and so do not mask the file.
+        env_values = Settings().model_dump(exclude_unset=True)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, "environment (GOVRAG_* variables)")) from exc
     merged = _deep_merge(_deep_merge(file_values, env_values), overrides)
@@ -145,28 +145,6 @@ def load_settings(deployment: str | Path | None = None, **overrides: Any) -> Set
     except ValidationError as exc:
         source = str(config_path) if config_path.exists() else "settings"
         raise ConfigError(_describe(exc, source)) from exc
-
-
-def _env_only_settings() -> type[BaseSettings]:
-    """A variant of Settings with every field optional, to read only what env sets."""
-
-    class EnvSettings(Settings):
-        model_config = SettingsConfigDict(
-            env_prefix="GOVRAG_", env_nested_delimiter="__", extra="ignore"
-        )
-
-        @classmethod
-        def settings_customise_sources(
-            cls,
-            settings_cls: type[BaseSettings],
-            init_settings: PydanticBaseSettingsSource,
-            env_settings: PydanticBaseSettingsSource,
-            dotenv_settings: PydanticBaseSettingsSource,
-            file_secret_settings: PydanticBaseSettingsSource,
-        ) -> tuple[PydanticBaseSettingsSource, ...]:
-            return (env_settings,)
-
-    return EnvSettings
 
 
 def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:

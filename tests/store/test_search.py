@@ -275,3 +275,9 @@ def test_top_k_bounds() -> None:
         SearchRequest(query="x", top_k=0)
     with pytest.raises(ValueError):
         SearchRequest(query="x", top_k=1001)
+
+
+def test_sqlite_store_implements_the_protocol(store: SQLiteStore) -> None:
+    from govrag.store.protocol import KnowledgeStore
+
+    assert isinstance(store, KnowledgeStore)

@@ -62,7 +62,7 @@ def _quiet_loader() -> None:
         from transformers.utils import logging as hf_logging
     except ImportError:  # pragma: no cover - a transformers without this module
         return
-    hf_logging.disable_progress_bar()
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
 
 
 class MiniLMEmbedder:

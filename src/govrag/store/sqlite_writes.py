@@ -1,0 +1,247 @@
+"""Writes of the SQLite truth store: identities, groups, documents (one transaction each)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+
+import numpy as np
+
+from govrag.errors import ConfigError, StoreError
+from govrag.store.records import (
+    EVERYONE,
+    DocumentWrite,
+    StoredHashes,
+)
+from govrag.store.schema import now_iso
+from govrag.store.sqlite_base import SQLiteBase
+
+
+class SQLiteWrites(SQLiteBase):
+    """The harvester's side of the store. Every change to a document writes an outbox row."""
+
+    # -- identities and groups -------------------------------------------------------------
+    def put_identity(self, tenant: str, email: str, source_system: str, account_id: str) -> bool:
+        """Map an email to a source-system account. Returns whether anything changed."""
+        with self._tx() as conn:
+            self._ensure_tenant(conn, tenant)
+            cur = conn.execute(
+                "INSERT OR IGNORE INTO identities(tenant_id, email, source_system, account_id) "
+                "VALUES (?, ?, ?, ?)",
+                (tenant, email.casefold(), source_system, account_id),
+            )
+            changed = cur.rowcount > 0
+            if changed:
+                self._ensure_source(conn, tenant, source_system)
+                self._bump_epoch(conn, tenant)
+            return changed
+
+    def put_group(
+        self, tenant: str, source_system: str, group_id: str, members: Sequence[str]
+    ) -> bool:
+        """Replace a group's direct members. Returns whether the membership changed."""
+        wanted = set(members)
+        with self._tx() as conn:
+            self._ensure_tenant(conn, tenant)
+            self._ensure_source(conn, tenant, source_system)
+            conn.execute(
+                "INSERT OR IGNORE INTO groups(tenant_id, source_system, group_id) VALUES (?, ?, ?)",
+                (tenant, source_system, group_id),
+            )
+            have = {
+                r[0]
+                for r in conn.execute(
+                    "SELECT member_id FROM group_members WHERE tenant_id = ? AND "
+                    "source_system = ? AND group_id = ?",
+                    (tenant, source_system, group_id),
+                )
+            }
+            if have == wanted:
+                return False
+            conn.executemany(
+                "DELETE FROM group_members WHERE tenant_id = ? AND source_system = ? "
+                "AND group_id = ? AND member_id = ?",
+                [(tenant, source_system, group_id, m) for m in have - wanted],
+            )
+            conn.executemany(
+                "INSERT INTO group_members(tenant_id, source_system, group_id, member_id) "
+                "VALUES (?, ?, ?, ?)",
+                [(tenant, source_system, group_id, m) for m in wanted - have],
+            )
+            self._bump_epoch(conn, tenant)
+            return True
+
+    # -- documents -------------------------------------------------------------------------
+    def stored_hashes(
+        self, tenant: str, keys: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], StoredHashes]:
+        """Hashes of already-stored documents, keyed by (source system, external id)."""
+        out: dict[tuple[str, str], StoredHashes] = {}
+        for start in range(0, len(keys), 400):
+            batch = keys[start : start + 400]
+            rows = self._q(
+                "SELECT d.source_system, d.external_id, d.content_hash, d.record_hash "
+                "FROM documents d JOIN json_each(?) j "
+                "ON d.source_system = json_extract(j.value, '$[0]') "
+                "AND d.external_id = json_extract(j.value, '$[1]') WHERE d.tenant_id = ?",
+                (json.dumps([list(k) for k in batch]), tenant),
+            )
+            for ss, ext, th, rh in rows:
+                out[(ss, ext)] = StoredHashes(text_hash=th, record_hash=rh)
+        return out
+
+    def put_document(self, tenant: str, doc: DocumentWrite) -> str:
+        """Write one document atomically. Returns ``added``, ``updated`` or ``unchanged``."""
+        with self._tx() as conn:
+            self._ensure_tenant(conn, tenant)
+            row = conn.execute(
+                "SELECT doc_id, content_hash, record_hash, classification FROM documents "
+                "WHERE tenant_id = ? AND source_system = ? AND external_id = ?",
+                (tenant, doc.source_system, doc.external_id),
+            ).fetchone()
+            if row is not None and row[2] == doc.record_hash:
+                return "unchanged"
+            if doc.chunks is None and (row is None or row[1] != doc.text_hash):
+                raise StoreError(
+                    f"document {doc.external_id!r} changed content but arrived without chunks"
+                )
+            self._ensure_source(conn, tenant, doc.source_system)
+            conn.execute(
+                "INSERT OR IGNORE INTO corpora(tenant_id, corpus_id, created_at) VALUES (?, ?, ?)",
+                (tenant, doc.corpus, now_iso()),
+            )
+            values = (
+                doc.corpus,
+                doc.title,
+                doc.author,
+                doc.classification,
+                doc.authority_tier,
+                doc.updated_at,
+                doc.metadata_json,
+                doc.text_hash,
+                doc.record_hash,
+                now_iso(),
+            )
+            if row is None:
+                cur = conn.execute(
+                    "INSERT INTO documents(corpus_id, title, author_account, classification, "
+                    "authority_tier, updated_at, metadata, content_hash, record_hash, "
+                    "ingested_at, tenant_id, source_system, external_id) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (*values, tenant, doc.source_system, doc.external_id),
+                )
+                doc_id = int(cur.lastrowid or 0)
+                rights_changed = True
+                old_acl: set[tuple[str, str]] = set()
+            else:
+                doc_id = int(row[0])
+                conn.execute(
+                    "UPDATE documents SET corpus_id = ?, title = ?, author_account = ?, "
+                    "classification = ?, authority_tier = ?, updated_at = ?, metadata = ?, "
+                    "content_hash = ?, record_hash = ?, ingested_at = ? WHERE doc_id = ?",
+                    (*values, doc_id),
+                )
+                rights_changed = row[3] != doc.classification
+                old_acl = {
+                    (r[0], r[1])
+                    for r in conn.execute(
+                        "SELECT source_system, principal_id FROM doc_acl WHERE doc_id = ?",
+                        (doc_id,),
+                    )
+                }
+                conn.execute("DELETE FROM doc_meta WHERE doc_id = ?", (doc_id,))
+                if doc.chunks is not None:
+                    conn.execute("DELETE FROM chunks WHERE doc_id = ?", (doc_id,))
+            new_acl = {(EVERYONE if p == EVERYONE else doc.source_system, p) for p in doc.acl}
+            if new_acl != old_acl:
+                rights_changed = True
+                conn.execute("DELETE FROM doc_acl WHERE doc_id = ?", (doc_id,))
+                conn.executemany(
+                    "INSERT INTO doc_acl(tenant_id, doc_id, source_system, principal_id) "
+                    "VALUES (?, ?, ?, ?)",
+                    [(tenant, doc_id, ss, p) for ss, p in sorted(new_acl)],
+                )
+            conn.executemany(
+                "INSERT INTO doc_meta(tenant_id, doc_id, key, value_text, value_num) "
+                "VALUES (?, ?, ?, ?, ?)",
+                [(tenant, doc_id, k, t, n) for k, t, n in doc.metadata_rows],
+            )
+            if doc.chunks is not None:
+                self._write_chunks(conn, tenant, doc_id, doc)
+            conn.execute(
+                "INSERT INTO index_outbox(tenant_id, doc_id, created_at) VALUES (?, ?, ?)",
+                (tenant, doc_id, now_iso()),
+            )
+            if rights_changed:
+                self._bump_epoch(conn, tenant)
+            return "added" if row is None else "updated"
+
+    def _write_chunks(
+        self, conn: sqlite3.Connection, tenant: str, doc_id: int, doc: DocumentWrite
+    ) -> None:
+        assert doc.chunks is not None
+        indexed = [c for c in doc.chunks if c.indexed]
+        if doc.vectors is not None:
+            if doc.vectors.shape[0] != len(indexed):
+                raise StoreError(
+                    f"document {doc.external_id!r}: {doc.vectors.shape[0]} vectors for "
+                    f"{len(indexed)} indexed chunks"
+                )
+            self._check_space(conn, tenant, doc.embedder or "?", int(doc.vectors.shape[1]))
+        vec_i = 0
+        for chunk in doc.chunks:
+            cur = conn.execute(
+                "INSERT INTO chunks(tenant_id, doc_id, ordinal, parent_ordinal, indexed, "
+                "token_count, text) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    tenant,
+                    doc_id,
+                    chunk.ordinal,
+                    chunk.parent,
+                    int(chunk.indexed),
+                    chunk.token_count,
+                    chunk.text,
+                ),
+            )
+            if chunk.indexed and doc.vectors is not None:
+                vec = np.ascontiguousarray(doc.vectors[vec_i], dtype=np.float32)
+                conn.execute(
+                    "INSERT INTO chunk_vectors(chunk_id, tenant_id, vector) VALUES (?, ?, ?)",
+                    (cur.lastrowid, tenant, vec.tobytes()),
+                )
+                vec_i += 1
+
+    def _check_space(self, conn: sqlite3.Connection, tenant: str, embedder: str, dim: int) -> None:
+        row = conn.execute(
+            "SELECT embedder, dim FROM vector_spaces WHERE tenant_id = ?", (tenant,)
+        ).fetchone()
+        if row is None:
+            conn.execute(
+                "INSERT INTO vector_spaces(tenant_id, embedder, dim) VALUES (?, ?, ?)",
+                (tenant, embedder, dim),
+            )
+        elif (row[0], row[1]) != (embedder, dim):
+            raise ConfigError(
+                f"tenant {tenant!r} holds vectors of embedder {row[0]!r} ({row[1]} dims), but "
+                f"this deployment embeds with {embedder!r} ({dim} dims); set [embedder] name = "
+                f"{row[0]!r} in govrag.toml, or ingest into a new deployment"
+            )
+
+    def delete_document(self, tenant: str, source_system: str, external_id: str) -> bool:
+        """Delete a document with its chunks, vectors, ACL and metadata rows."""
+        with self._tx() as conn:
+            row = conn.execute(
+                "SELECT doc_id FROM documents WHERE tenant_id = ? AND source_system = ? "
+                "AND external_id = ?",
+                (tenant, source_system, external_id),
+            ).fetchone()
+            if row is None:
+                return False
+            conn.execute("DELETE FROM documents WHERE doc_id = ?", (row[0],))
+            conn.execute(
+                "INSERT INTO index_outbox(tenant_id, doc_id, created_at) VALUES (?, ?, ?)",
+                (tenant, row[0], now_iso()),
+            )
+            self._bump_epoch(conn, tenant)
+            return True
