@@ -136,6 +136,8 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             kind       TEXT NOT NULL,
             chunk_id   INTEGER REFERENCES chunks(chunk_id) ON DELETE CASCADE
         );
+        CREATE INDEX relations_by_chunk ON relations(chunk_id);
+        CREATE INDEX chunk_entities_by_entity ON chunk_entities(tenant_id, entity_id);
         CREATE TABLE access_counter (
             tenant_id        TEXT NOT NULL,
             entity_kind      TEXT NOT NULL,

@@ -121,26 +121,38 @@ class SQLiteDerived(SQLiteBase):
         vectors: bool,
     ) -> list[IndexedChunk]:
         """Indexed chunks of the given documents (all of the tenant's when None)."""
-        sql = (
-            "SELECT c.chunk_id, c.doc_id, c.text, d.corpus_id, d.classification, d.title"
-            + (", v.vector" if vectors else ", NULL")
-            + " FROM chunks c JOIN documents d ON d.doc_id = c.doc_id"
-            + (" JOIN chunk_vectors v ON v.chunk_id = c.chunk_id" if vectors else "")
-            + " WHERE c.tenant_id = ? AND c.indexed = 1"
+        columns = "c.chunk_id, c.doc_id, c.text, d.corpus_id, d.classification, d.title" + (
+            ", v.vector" if vectors else ", NULL"
         )
-        acl_sql = "SELECT doc_id, source_system, principal_id FROM doc_acl WHERE tenant_id = ?"
+        joins = " JOIN documents d ON d.doc_id = c.doc_id" + (
+            " JOIN chunk_vectors v ON v.chunk_id = c.chunk_id" if vectors else ""
+        )
+        where = " WHERE c.tenant_id = ? AND c.indexed = 1"
         if doc_ids is None:
-            rows = conn.execute(sql, (tenant,)).fetchall()
-            acl_rows = conn.execute(acl_sql, (tenant,)).fetchall()
+            rows = conn.execute(
+                f"SELECT {columns} FROM chunks c{joins}{where}", (tenant,)
+            ).fetchall()
+            acl_rows = conn.execute(
+                "SELECT doc_id, source_system, principal_id FROM doc_acl WHERE tenant_id = ?",
+                (tenant,),
+            ).fetchall()
         else:
+            # json_each outermost (CROSS JOIN): probe the given documents by index instead of
+            # scanning the tenant, so applying one change costs O(change), not O(tenant).
             rows, acl_rows = [], []
             for start in range(0, len(doc_ids), 500):
                 ids = json.dumps(list(doc_ids[start : start + 500]))
+                # Unary + keeps the planner off the (tenant_id, ...) indexes for these probes.
                 rows += conn.execute(
-                    sql + " AND c.doc_id IN (SELECT value FROM json_each(?))", (tenant, ids)
+                    f"SELECT {columns} FROM json_each(?) j "
+                    f"CROSS JOIN chunks c ON c.doc_id = j.value{joins}"
+                    " WHERE +c.tenant_id = ? AND +c.indexed = 1",
+                    (ids, tenant),
                 ).fetchall()
                 acl_rows += conn.execute(
-                    acl_sql + " AND doc_id IN (SELECT value FROM json_each(?))", (tenant, ids)
+                    "SELECT a.doc_id, a.source_system, a.principal_id FROM json_each(?) j "
+                    "CROSS JOIN doc_acl a ON a.doc_id = j.value WHERE +a.tenant_id = ?",
+                    (ids, tenant),
                 ).fetchall()
         acl: dict[int, list[str]] = {}
         for doc_id, ss, pid in acl_rows:

@@ -81,8 +81,10 @@ class SQLiteWrites(SQLiteBase):
         for start in range(0, len(keys), 400):
             batch = keys[start : start + 400]
             rows = self._q(
+                # CROSS JOIN keeps json_each outermost: one unique-index probe per key, never
+                # a scan of the tenant's documents (which the planner picks without stats).
                 "SELECT d.source_system, d.external_id, d.content_hash, d.record_hash "
-                "FROM documents d JOIN json_each(?) j "
+                "FROM json_each(?) j CROSS JOIN documents d "
                 "ON d.source_system = json_extract(j.value, '$[0]') "
                 "AND d.external_id = json_extract(j.value, '$[1]') WHERE d.tenant_id = ?",
                 (json.dumps([list(k) for k in batch]), tenant),

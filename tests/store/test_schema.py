@@ -1,0 +1,50 @@
+"""Versioned migrations: recorded, idempotent, each in a transaction, newer schemas refused."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from govrag.errors import StoreError
+from govrag.store.schema import MIGRATIONS, migrate
+
+from conftest import make_store
+
+
+def test_migrations_are_recorded_and_idempotent(tmp_path: Path) -> None:
+    make_store(tmp_path).close()
+    make_store(tmp_path).close()  # a second open applies nothing twice
+    conn = sqlite3.connect(tmp_path / "govrag.db")
+    rows = conn.execute("SELECT version, name FROM schema_migrations").fetchall()
+    assert rows == [(v, n) for v, n, _ in MIGRATIONS]
+    assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert {"documents", "chunks", "doc_acl", "identities", "group_members", "index_outbox",
+            "access_counter", "entities", "relations", "chunk_vectors"} <= tables  # fmt: skip
+    # Every table but the migration log carries tenant_id.
+    for table in tables - {"schema_migrations", "sqlite_sequence"}:
+        columns = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+        assert "tenant_id" in columns, table
+
+
+def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "x.db", isolation_level=None)
+    migrate(conn)
+    conn.execute("INSERT INTO schema_migrations VALUES (999, 'future', 'now')")
+    with pytest.raises(StoreError, match="newer than this govrag knows"):
+        migrate(conn)
+
+
+def test_a_failing_migration_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import govrag.store.schema as schema
+
+    monkeypatch.setattr(schema, "MIGRATIONS", [(1, "broken", "CREATE TABLE a (x); CREATE TABLE")])
+    conn = sqlite3.connect(tmp_path / "y.db", isolation_level=None)
+    with pytest.raises(StoreError):
+        schema.migrate(conn)
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert tables == {"schema_migrations"}
