@@ -53,6 +53,9 @@ class LexicalIndex:
             else:
                 path.mkdir(parents=True, exist_ok=True)
                 self._index = tantivy.Index(self.schema, str(path), reuse=True)
+            # Manual reloads: the reader moves only when this process syncs, so what it
+            # searches is exactly the outbox position it recorded.
+            self._index.config_reader(reload_policy="Manual")
         except (ValueError, OSError) as exc:
             raise StoreError(
                 f"cannot open the lexical index at {path}: {exc}; "
@@ -158,7 +161,7 @@ class LexicalIndex:
         self,
         terms: Sequence[str],
         *,
-        corpora: Sequence[str],
+        corpora: Sequence[str] | None,
         acl_tokens: Sequence[str] | None,
         max_classification: int | None,
         doc_ids: Sequence[int] | None,
@@ -167,10 +170,14 @@ class LexicalIndex:
         """BM25 top-``limit`` as (chunk id, score), best first.
 
         ``acl_tokens=None`` and ``max_classification=None`` lift the access predicate; only the
-        hidden-item marker asks for that. ``doc_ids`` narrows to caller-filtered documents.
+        hidden-item marker asks for that (and, for the ceiling, a scope where it cannot exclude
+        anything). ``corpora=None`` means every corpus of the tenant. ``doc_ids`` narrows to
+        caller-filtered documents.
         """
         unique = list(dict.fromkeys(t for t in terms if t))
-        if not unique or not corpora or (acl_tokens is not None and not acl_tokens):
+        if not unique or (corpora is not None and not corpora):
+            return []
+        if acl_tokens is not None and not acl_tokens:
             return []
         if doc_ids is not None and not doc_ids:
             return []
@@ -187,7 +194,8 @@ class LexicalIndex:
                 (occur.Must, q.const_score_query(q.term_set_query(self.schema, field, values), 0.0))
             )
 
-        restrict("corpus", list(corpora))
+        if corpora is not None:
+            restrict("corpus", list(corpora))
         if acl_tokens is not None:
             restrict("acl", list(acl_tokens))
         if max_classification is not None:

@@ -43,6 +43,11 @@ class AccessScope:
     tokens: frozenset[str]
     ceiling: int
     corpora: tuple[str, ...]
+    #: Whether the legs must test the corpus / the ceiling. False when the predicate cannot
+    #: exclude anything in this tenant (every corpus requested; nothing above the ceiling),
+    #: which spares the engines an intersection with an all-matching filter.
+    filter_corpora: bool = True
+    filter_ceiling: bool = True
 
 
 @dataclass(frozen=True)

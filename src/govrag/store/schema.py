@@ -76,6 +76,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             UNIQUE (tenant_id, source_system, external_id)
         );
         CREATE INDEX documents_by_corpus ON documents(tenant_id, corpus_id);
+        CREATE INDEX documents_by_class ON documents(tenant_id, classification);
         CREATE TABLE chunks (
             chunk_id       INTEGER PRIMARY KEY,
             tenant_id      TEXT NOT NULL,

@@ -30,13 +30,16 @@ from govrag.types import MetadataFilter, Principal, SearchRequest, SearchResult
 
 # Email -> source accounts -> transitive groups, in one statement. Groups nest within one
 # source system: a member id is an account or a group id of the group's own system.
+# INDEXED BY: each recursive step must probe by member; with some statistics the planner
+# instead scans every membership row of the tenant per step (18 ms instead of 0.3 ms at 100
+# reachable groups).
 _RESOLVE_SQL = """
 WITH RECURSIVE reach(source_system, principal_id) AS (
     SELECT source_system, account_id FROM identities WHERE tenant_id = :tenant AND email = :email
     UNION
-    SELECT m.source_system, m.group_id FROM group_members m
-    JOIN reach r ON m.source_system = r.source_system AND m.member_id = r.principal_id
-    WHERE m.tenant_id = :tenant
+    SELECT m.source_system, m.group_id FROM reach r
+    JOIN group_members m INDEXED BY group_members_by_member
+    ON m.tenant_id = :tenant AND m.source_system = r.source_system AND m.member_id = r.principal_id
 )
 SELECT source_system, principal_id FROM reach
 """
@@ -94,11 +97,16 @@ class SQLiteStore(SQLiteWrites, SQLiteDerived):
         tokens = {principal_token(ss, pid) for ss, pid in rows}
         if tokens:
             tokens.add(EVERYONE)  # "*" is everyone with an identity in the tenant
+        top = self._q(
+            "SELECT MAX(classification) FROM documents WHERE tenant_id = ?", (principal.tenant,)
+        )[0][0]
         return AccessScope(
             tenant=principal.tenant,
             tokens=frozenset(tokens),
             ceiling=int(principal.clearance),
             corpora=tuple(corpora),
+            filter_corpora=not set(corpora) >= set(self.known_corpora(principal.tenant)),
+            filter_ceiling=top is None or int(top) > int(principal.clearance),
         )
 
     # -- search primitives (used by store.search.run_search) -------------------------------
@@ -213,9 +221,9 @@ def _leg_args(
 ) -> dict[str, Any]:
     """Keyword arguments of a leg's search: the access predicate unless ``restricted`` is off."""
     return {
-        "corpora": scope.corpora,
+        "corpora": scope.corpora if scope.filter_corpora else None,
         "acl_tokens": sorted(scope.tokens) if restricted else None,
-        "max_classification": scope.ceiling if restricted else None,
+        "max_classification": scope.ceiling if restricted and scope.filter_ceiling else None,
         "doc_ids": doc_ids,
         "limit": limit,
     }

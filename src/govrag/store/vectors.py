@@ -126,7 +126,7 @@ class VectorIndex:
         self,
         query: _F32,
         *,
-        corpora: Sequence[str],
+        corpora: Sequence[str] | None,
         acl_tokens: Sequence[str] | None,
         max_classification: int | None,
         doc_ids: Sequence[int] | None,
@@ -134,16 +134,17 @@ class VectorIndex:
     ) -> list[tuple[int, float]]:
         """Exact cosine top-``limit`` as (chunk id, score) over the allowed rows only."""
         n = self._n
-        if n == 0 or not corpora:
+        if n == 0 or (corpora is not None and not corpora):
             return []
         mask = self._alive[:n].copy()
-        codes = [self._corpus_codes[c] for c in corpora if c in self._corpus_codes]
-        if not codes:
-            return []
-        corpus_ok = self._corpus[:n] == codes[0]
-        for code in codes[1:]:
-            corpus_ok |= self._corpus[:n] == code
-        mask &= corpus_ok
+        if corpora is not None:  # None: every corpus of the tenant
+            codes = [self._corpus_codes[c] for c in corpora if c in self._corpus_codes]
+            if not codes:
+                return []
+            corpus_ok = self._corpus[:n] == codes[0]
+            for code in codes[1:]:
+                corpus_ok |= self._corpus[:n] == code
+            mask &= corpus_ok
         if max_classification is not None:
             mask &= self._cls[:n] <= max_classification
         if acl_tokens is not None:
