@@ -1,0 +1,1 @@
+"""Benchmarks of govrag against baselines measured in the same run (``make bench``)."""

@@ -1,0 +1,436 @@
+"""``make bench``: govrag's figures, each beside a baseline measured in the same run.
+
+Run from the repository root::
+
+    .venv/bin/python -m bench.run [--only scifact|synthetic] [--chunks N] [--queries N]
+                                  [--skip-minilm]
+
+Prints the tables and writes every figure to ``bench/out/results.json``. See bench/README.md
+for what each figure means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import bm25s
+import numpy as np
+import numpy.typing as npt
+
+from bench import scifact, synthetic
+from govrag.embed.hashing import HashEmbedder
+from govrag.eval.metrics import percentile
+from govrag.store.analyzer import default_analyzer
+from govrag.store.sqlite import SQLiteStore
+from govrag.types import Principal, SearchRequest, Strategy
+
+OUT_DIR = Path(__file__).resolve().parent / "out"
+WARMUP = 5
+TOP_K = 10
+#: Candidates each baseline leg contributes to fusion, as govrag's default fusion_depth.
+FUSION_DEPTH = 100
+RRF_K = 60
+#: Latency targets printed beside govrag's figures.
+KEYWORD_P50_MS = 5.0
+HYBRID_P50_MS = 20.0
+HYBRID_VS_UNFILTERED = 1.5
+STRATEGIES = (Strategy.KEYWORD, Strategy.SEMANTIC, Strategy.HYBRID)
+
+F32 = npt.NDArray[np.float32]
+BoolArray = npt.NDArray[np.bool_]
+
+
+def say(message: str) -> None:
+    print(message, flush=True)
+
+
+# -- baselines -----------------------------------------------------------------------------------
+def rrf_fuse(legs: Sequence[Sequence[int]], k: int = RRF_K) -> list[int]:
+    """Reciprocal Rank Fusion: ``sum(1 / (k + rank))`` over legs, rank from 1; ties by id."""
+    scores: dict[int, float] = {}
+    for ids in legs:
+        for rank, item in enumerate(ids, start=1):
+            scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
+    return [item for item, _ in sorted(scores.items(), key=lambda p: (-p[1], p[0]))]
+
+
+@dataclass(frozen=True)
+class Access:
+    """A probe's ACL in the two forms the baselines take, both precomputed outside timing."""
+
+    weights: F32  # bm25s weight_mask: 1.0 readable, 0.0 not
+    allowed: BoolArray  # numpy mask over matrix rows
+
+
+class Baseline:
+    """bm25s over govrag's analyzer tokens, and exact numpy search over the same vectors.
+
+    Both are indexed by document position, which is the synthetic document number, so their
+    results compare directly with govrag's hits.
+    """
+
+    def __init__(self, texts: list[str]) -> None:
+        self.analyzer = default_analyzer()
+        started = time.perf_counter()
+        self.bm25 = bm25s.BM25(k1=1.2, b=0.75, method="lucene")
+        self.bm25.index([self.analyzer.analyze(t) for t in texts], show_progress=False)
+        self.bm25_s = time.perf_counter() - started
+        started = time.perf_counter()
+        # A separate embedder instance: its feature caches warm up on the corpus, as the
+        # store's embedder's did at ingest. Vectors are bit-identical across instances.
+        self.embedder = HashEmbedder(dim=synthetic.EMBED_DIM)
+        self.matrix: F32 = np.ascontiguousarray(
+            self.embedder.embed_documents(texts, batch_size=1024)
+        )
+        self.embed_s = time.perf_counter() - started
+        self.n = len(texts)
+
+    def keyword(self, query: str, access: Access | None, k: int = TOP_K) -> list[int]:
+        tokens = self.analyzer.analyze(query)
+        if not tokens:
+            return []
+        result = self.bm25.retrieve(
+            [tokens],
+            k=min(k, self.n),
+            show_progress=False,
+            weight_mask=None if access is None else access.weights,
+        )
+        # A zero score is a masked or non-matching document that only fills up the top-k.
+        return [int(i) for i, s in zip(result.documents[0], result.scores[0], strict=True) if s > 0]
+
+    def semantic(self, query: str, access: Access | None, k: int = TOP_K) -> list[int]:
+        scores = self.matrix @ self.embedder.embed_query(query)
+        if access is not None:
+            scores = np.where(access.allowed, scores, -np.inf)
+        k = min(k, self.n)
+        top = np.argpartition(-scores, k - 1)[:k] if k < self.n else np.arange(self.n)
+        top = top[np.argsort(-scores[top], kind="stable")]
+        return [int(i) for i in top if scores[i] > -np.inf]
+
+    def hybrid(self, query: str, access: Access | None, k: int = TOP_K) -> list[int]:
+        lexical = self.keyword(query, access, FUSION_DEPTH)
+        vector = self.semantic(query, access, FUSION_DEPTH)
+        return rrf_fuse([lexical, vector])[:k]
+
+    def search(self, strategy: Strategy, query: str, access: Access | None) -> list[int]:
+        if strategy is Strategy.KEYWORD:
+            return self.keyword(query, access)
+        if strategy is Strategy.SEMANTIC:
+            return self.semantic(query, access)
+        return self.hybrid(query, access)
+
+
+# -- timing --------------------------------------------------------------------------------------
+@dataclass
+class Series:
+    """Latencies of one (system, strategy, probe) series and the documents each query found."""
+
+    ms: list[float]
+    docs: list[list[int]]
+    hidden: list[bool]
+
+    def summary(self) -> dict[str, float]:
+        return {
+            "p50_ms": round(percentile(self.ms, 50), 3),
+            "p95_ms": round(percentile(self.ms, 95), 3),
+            "mean_ms": round(statistics.fmean(self.ms), 3),
+        }
+
+
+#: A system under test: query -> (document numbers found, hidden-item marker present).
+System = Callable[[str], tuple[list[int], bool]]
+
+
+def govrag_system(store: SQLiteStore, principal: Principal, strategy: Strategy) -> System:
+    def search(query: str) -> tuple[list[int], bool]:
+        result = store.search(principal, SearchRequest(query=query, strategy=strategy, top_k=TOP_K))
+        return [synthetic.doc_index(h.doc_id) for h in result.results], result.hidden.present
+
+    return search
+
+
+def baseline_system(baseline: Baseline, strategy: Strategy, access: Access | None) -> System:
+    def search(query: str) -> tuple[list[int], bool]:
+        return baseline.search(strategy, query, access), False
+
+    return search
+
+
+def time_interleaved(systems: dict[str, System], queries: list[str]) -> dict[str, Series]:
+    """Time every system on every query, interleaved query by query.
+
+    Interleaving (with the order rotated per query) spreads any transient slowdown of the
+    machine over all systems alike, so the ratios between them stay meaningful on a noisy host.
+    Each system first runs the warm-up queries untimed. The timed span is the whole call;
+    for govrag that is ``store.search`` (request construction included) and mapping hit ids,
+    which costs microseconds.
+    """
+    names = list(systems)
+    for name in names:
+        for query in queries[:WARMUP]:
+            systems[name](query)
+    out = {name: Series([], [], []) for name in names}
+    for i, query in enumerate(queries):
+        shift = i % len(names)
+        for name in names[shift:] + names[:shift]:
+            t0 = time.perf_counter()
+            docs, hidden = systems[name](query)
+            out[name].ms.append((time.perf_counter() - t0) * 1000)
+            out[name].docs.append(docs)
+            out[name].hidden.append(hidden)
+    return out
+
+
+def overlap_at_k(a: list[list[int]], b: list[list[int]]) -> float:
+    """Mean |A ∩ B| / max(|A|, |B|) over queries (1.0 when both are empty)."""
+    values = [
+        len(set(x) & set(y)) / max(len(x), len(y)) if x or y else 1.0
+        for x, y in zip(a, b, strict=True)
+    ]
+    return round(statistics.fmean(values), 4)
+
+
+# -- synthetic benchmark -------------------------------------------------------------------------
+def _ratio(a: float, b: float) -> float | None:
+    return round(a / b, 2) if b > 0 else None
+
+
+def run_synthetic(n_docs: int, n_queries: int, seed: int) -> dict[str, Any]:
+    started = time.perf_counter()
+    corpus = synthetic.generate(n_docs, seed)
+    say(f"synthetic: generated {n_docs} docs in {time.perf_counter() - started:.1f}s")
+    root, build, cached = synthetic.cached_store(corpus, OUT_DIR, say)
+    verb = "reusing cached store" if cached else "built store"
+    say(
+        f"synthetic: {verb} {root} (build {build['build_s']}s: ingest {build['ingest_s']}s, "
+        f"indexes {build['index_s']}s)"
+    )
+    queries = synthetic.make_queries(corpus.vocab, n_queries, seed)
+
+    say("synthetic: indexing baselines (bm25s, numpy)")
+    baseline = Baseline(corpus.texts)
+    say(f"  bm25s indexed in {baseline.bm25_s:.1f}s, vectors embedded in {baseline.embed_s:.1f}s")
+
+    stores = {
+        "marker": synthetic.open_store(root, hidden_marker=True),
+        "no_marker": synthetic.open_store(root, hidden_marker=False),
+    }
+    for store in stores.values():
+        t0 = time.perf_counter()
+        store.sync_indexes(synthetic.TENANT)  # load the vector index outside any timing
+        say(f"  opened {store.path} and loaded its indexes in {time.perf_counter() - t0:.1f}s")
+
+    probes: dict[str, Any] = {}
+    try:
+        for probe in corpus.probes:
+            mask = synthetic.readable_mask(corpus, probe)
+            access = Access(weights=mask.astype(np.float32), allowed=mask)
+            principal = probe.principal()
+            say(
+                f"synthetic: probe {probe.email}: target {probe.target:.0%}, measured "
+                f"{mask.mean():.2%} ({int(mask.sum())} docs)"
+            )
+            rows: dict[str, Any] = {}
+            for strategy in STRATEGIES:
+                series = time_interleaved(
+                    {
+                        "govrag": govrag_system(stores["marker"], principal, strategy),
+                        "no_marker": govrag_system(stores["no_marker"], principal, strategy),
+                        "masked": baseline_system(baseline, strategy, access),
+                        "unfiltered": baseline_system(baseline, strategy, None),
+                    },
+                    queries,
+                )
+                gov, plain = series["govrag"], series["no_marker"]
+                masked, unfiltered = series["masked"], series["unfiltered"]
+                readable = set(np.flatnonzero(mask).tolist())
+                rows[str(strategy)] = {
+                    "govrag": gov.summary(),
+                    "govrag_no_marker": plain.summary(),
+                    "baseline_masked": masked.summary(),
+                    "baseline_unfiltered": unfiltered.summary(),
+                    "ratio_vs_masked_p50": _ratio(
+                        percentile(gov.ms, 50), percentile(masked.ms, 50)
+                    ),
+                    "ratio_vs_unfiltered_p50": _ratio(
+                        percentile(gov.ms, 50), percentile(unfiltered.ms, 50)
+                    ),
+                    "no_marker_ratio_vs_masked_p50": _ratio(
+                        percentile(plain.ms, 50), percentile(masked.ms, 50)
+                    ),
+                    "marker_cost_p50": _ratio(percentile(gov.ms, 50), percentile(plain.ms, 50)),
+                    "overlap@10_vs_masked": overlap_at_k(gov.docs, masked.docs),
+                    "hidden_marker_rate": round(statistics.fmean(gov.hidden), 3),
+                    "mean_hits": round(statistics.fmean(len(d) for d in gov.docs), 2),
+                    # Defence-in-depth check of the benchmark itself: a govrag hit the brute
+                    # force says the probe cannot read would be an access-control failure.
+                    "acl_violations": sum(d not in readable for docs in gov.docs for d in docs),
+                }
+                say(f"  {strategy}: done")
+            probes[probe.name] = {
+                "email": probe.email,
+                "target_fraction": probe.target,
+                "measured_fraction": round(float(mask.mean()), 5),
+                "readable_docs": int(mask.sum()),
+                "direct_groups": [synthetic.group_id(g) for g in probe.groups],
+                "strategies": rows,
+            }
+    finally:
+        for store in stores.values():
+            store.close()
+    return {
+        "n_docs": n_docs,
+        "n_queries": n_queries,
+        "seed": seed,
+        "store": str(root),
+        "cached": cached,
+        "build": build,
+        "baseline_index_s": {
+            "bm25s": round(baseline.bm25_s, 2),
+            "numpy_embed": round(baseline.embed_s, 2),
+        },
+        "example_queries": queries[:5],
+        "probes": probes,
+    }
+
+
+def _verdicts(strategy: str, row: dict[str, Any]) -> str:
+    p50 = row["govrag"]["p50_ms"]
+    if strategy == "keyword":
+        return f"p50<={KEYWORD_P50_MS:g}ms {'ok' if p50 <= KEYWORD_P50_MS else 'MISS'}"
+    if strategy == "hybrid":
+        within = row["ratio_vs_unfiltered_p50"]
+        return (
+            f"p50<={HYBRID_P50_MS:g}ms {'ok' if p50 <= HYBRID_P50_MS else 'MISS'}; "
+            f"<={HYBRID_VS_UNFILTERED:g}x unfilt "
+            f"{'ok' if within is not None and within <= HYBRID_VS_UNFILTERED else 'MISS'}"
+        )
+    return ""
+
+
+def synthetic_tables(result: dict[str, Any]) -> str:
+    def x(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}x"
+
+    header = (
+        f"{'strategy':<9}| {'govrag p50':>10} {'p95':>7} {'/masked':>8} {'/unfilt':>8} "
+        f"| {'no-mark p50':>11} {'p95':>7} {'/masked':>8} {'mark cost':>9} "
+        f"| {'masked p50':>10} {'p95':>7} | {'unfilt p50':>10} {'p95':>7} "
+        f"| {'ovl@10':>6} {'viol':>4} | targets"
+    )
+    out: list[str] = []
+    for name, probe in result["probes"].items():
+        out.append("")
+        out.append(
+            f"Selectivity {probe['target_fraction']:.0%} ({name}, {probe['email']}): measured "
+            f"{probe['measured_fraction']:.2%} = {probe['readable_docs']} of {result['n_docs']} "
+            f"docs; direct groups {', '.join(probe['direct_groups'])}"
+        )
+        out.append(header)
+        out.append("-" * len(header))
+        for strategy, row in probe["strategies"].items():
+            g, p = row["govrag"], row["govrag_no_marker"]
+            m, u = row["baseline_masked"], row["baseline_unfiltered"]
+            out.append(
+                f"{strategy:<9}| {g['p50_ms']:>10.2f} {g['p95_ms']:>7.2f} "
+                f"{x(row['ratio_vs_masked_p50']):>8} {x(row['ratio_vs_unfiltered_p50']):>8} "
+                f"| {p['p50_ms']:>11.2f} {p['p95_ms']:>7.2f} "
+                f"{x(row['no_marker_ratio_vs_masked_p50']):>8} {x(row['marker_cost_p50']):>9} "
+                f"| {m['p50_ms']:>10.2f} {m['p95_ms']:>7.2f} | {u['p50_ms']:>10.2f} "
+                f"{u['p95_ms']:>7.2f} | {row['overlap@10_vs_masked']:>6.3f} "
+                f"{row['acl_violations']:>4} | {_verdicts(strategy, row)}"
+            )
+    return "\n".join(out)
+
+
+# -- entry point ---------------------------------------------------------------------------------
+def _environment() -> dict[str, Any]:
+    versions: dict[str, str | None] = {}
+    for dist in ("govrag", "numpy", "bm25s", "tantivy", "sentence-transformers", "torch"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = None
+    # Thread settings are recorded, never changed: the figures are for the machine as it is.
+    threads = {
+        k: os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+    }
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "versions": versions,
+        "thread_env": threads,
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
+    parser.add_argument("--only", choices=("scifact", "synthetic"), help="run one benchmark")
+    parser.add_argument("--chunks", type=int, default=100_000, help="synthetic corpus size")
+    parser.add_argument("--queries", type=int, default=200, help="synthetic queries per series")
+    parser.add_argument("--seed", type=int, default=0, help="synthetic generator seed")
+    parser.add_argument(
+        "--skip-minilm", action="store_true", help="SciFact: keyword only (no MiniLM embedding)"
+    )
+    parser.add_argument(
+        "--scifact", type=Path, default=scifact.DEFAULT_PATH, help="SciFact directory (BEIR)"
+    )
+    args = parser.parse_args(argv)
+    if args.chunks < 100 or args.queries < WARMUP:
+        parser.error(f"--chunks must be >= 100 and --queries >= {WARMUP}")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {"environment": _environment(), "args": _jsonable(vars(args))}
+    printed: list[Callable[[], None]] = []
+    started = time.perf_counter()
+
+    if args.only in (None, "scifact"):
+        sci = scifact.run(args.scifact, skip_minilm=args.skip_minilm, say=say)
+        results["scifact"] = sci
+        if sci is not None:
+            printed.append(lambda: say("\nSciFact (test split)\n" + scifact.table(sci)))
+    if args.only in (None, "synthetic"):
+        syn = run_synthetic(args.chunks, args.queries, args.seed)
+        results["synthetic"] = syn
+        printed.append(
+            lambda: say(
+                f"\nSynthetic enterprise corpus: {syn['n_docs']} chunks, {syn['n_queries']} "
+                f"queries, top-{TOP_K}; latencies in ms; /masked and /unfilt are govrag p50 over "
+                "the baseline p50; mark cost is p50 with / without the hidden-item marker"
+                + synthetic_tables(syn)
+            )
+        )
+
+    results["total_s"] = round(time.perf_counter() - started, 1)
+    for show in printed:
+        show()
+    path = OUT_DIR / "results.json"
+    path.write_text(json.dumps(results, indent=2) + "\n")
+    say(f"\nwrote {path} (total {results['total_s']}s)")
+    return 0
+
+
+def _jsonable(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: str(v) if isinstance(v, Path) else v for k, v in values.items()}
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
