@@ -152,42 +152,38 @@ def _record_text(record: dict[str, Any], key: str, path: Path, lineno: int, doc_
     return value
 
 
-def _load_corpus(path: Path) -> dict[str, BeirDoc]:
-    corpus: dict[str, BeirDoc] = {}
+def _unique_records(path: Path, kind: str) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """(line, id, record) of a JSONL file whose ids must be unique."""
     first_line: dict[str, int] = {}
     for lineno, record in _json_objects(path):
-        doc_id = _record_id(record, path, lineno)
-        if doc_id in first_line:
+        record_id = _record_id(record, path, lineno)
+        if record_id in first_line:
             raise IngestError(
-                f"document id {doc_id!r} already appeared on line {first_line[doc_id]}; "
+                f"{kind} id {record_id!r} already appeared on line {first_line[record_id]}; "
                 "ids must be unique, remove or rename one of the two",
                 path=str(path),
                 line=lineno,
             )
-        first_line[doc_id] = lineno
-        corpus[doc_id] = BeirDoc(
+        first_line[record_id] = lineno
+        yield lineno, record_id, record
+
+
+def _load_corpus(path: Path) -> dict[str, BeirDoc]:
+    return {
+        doc_id: BeirDoc(
             doc_id=doc_id,
             title=_record_text(record, "title", path, lineno, doc_id),
             text=_record_text(record, "text", path, lineno, doc_id),
         )
-    return corpus
+        for lineno, doc_id, record in _unique_records(path, "document")
+    }
 
 
 def _load_queries(path: Path) -> dict[str, str]:
-    queries: dict[str, str] = {}
-    first_line: dict[str, int] = {}
-    for lineno, record in _json_objects(path):
-        query_id = _record_id(record, path, lineno)
-        if query_id in first_line:
-            raise IngestError(
-                f"query id {query_id!r} already appeared on line {first_line[query_id]}; "
-                "ids must be unique, remove or rename one of the two",
-                path=str(path),
-                line=lineno,
-            )
-        first_line[query_id] = lineno
-        queries[query_id] = _record_text(record, "text", path, lineno, query_id)
-    return queries
+    return {
+        query_id: _record_text(record, "text", path, lineno, query_id)
+        for lineno, query_id, record in _unique_records(path, "query")
+    }
 
 
 def _load_qrels(path: Path) -> tuple[dict[str, dict[str, int]], dict[str, int]]:

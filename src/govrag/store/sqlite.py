@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from govrag.embed.base import Embedder, FloatArray
-from govrag.settings import SearchSettings
+from govrag.embed.base import FloatArray
 from govrag.store.filters import filters_sql
 from govrag.store.records import (
     EVERYONE,
@@ -50,15 +48,7 @@ class SQLiteStore(SQLiteWrites, SQLiteDerived):
 
     backend = "sqlite"
 
-    def __init__(
-        self,
-        path: str | Path,
-        *,
-        index_dir: Path | None = None,
-        embedder: Embedder | None = None,
-        search: SearchSettings | None = None,
-    ) -> None:
-        super().__init__(path, index_dir=index_dir, embedder=embedder, search=search)
+    def _after_open(self) -> None:
         # Repair on open: a crash between an SQL commit and the index write left outbox rows
         # the lexical index has not applied yet.
         for tenant in self.tenants():

@@ -49,6 +49,10 @@ class SQLiteBase:
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open the SQLite store {self.path!r}: {exc}") from exc
         migrate(self._conn)
+        self._after_open()
+
+    def _after_open(self) -> None:
+        """Hook for work that needs the migrated schema (the store repairs its indexes)."""
 
     # -- plumbing --------------------------------------------------------------------------
     def close(self) -> None:
