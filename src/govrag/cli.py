@@ -207,12 +207,23 @@ def eval_(
     ],
     strategy: Annotated[Strategy, typer.Option(help="Retrieval strategy.")] = Strategy.KEYWORD,
     split: Annotated[str, typer.Option(help="qrels split.")] = "test",
-    embedder: Annotated[str, typer.Option(help="Embedder: hash or minilm.")] = "hash",
+    embedder: Annotated[
+        str | None,
+        typer.Option(help="Embedder for semantic/hybrid: minilm (default when installed) or hash."),
+    ] = None,
     top_k: Annotated[int, typer.Option(help="Depth of each ranking.")] = 100,
     as_json: JsonOpt = False,
 ) -> None:
     """Measure retrieval quality on a BEIR dataset (loaded into a temporary store)."""
+    from govrag.embed import semantic_available
     from govrag.eval.runner import run_beir_eval
+
+    if embedder is None:
+        embedder = "minilm" if semantic_available() else "hash"
+        if strategy is not Strategy.KEYWORD and embedder == "hash":
+            err.print(
+                "note: the semantic extra is not installed; using the non-semantic 'hash' embedder"
+            )
 
     def run() -> dict[str, Any]:
         return run_beir_eval(

@@ -78,7 +78,9 @@ def run_beir_evals(
         try:
             say(f"loading {len(data.corpus)} documents from {data.name} ...")
             started = time.perf_counter()
-            ingestor = Ingestor(store, TENANT, settings=ingest, embedder=emb)
+            ingestor = Ingestor(
+                store, TENANT, settings=ingest, embedder=emb, embed_progress=_every(say, 1000)
+            )
             ingestor.add(
                 "eval",
                 IdentityRecord(
@@ -137,3 +139,16 @@ def _run_queries(
         "p50_ms": round(percentile(latencies, 50), 2),
         "p95_ms": round(percentile(latencies, 95), 2),
     }
+
+
+def _every(say: Callable[[str], None], step: int) -> Callable[[int], None]:
+    """A progress callback that reports every ``step`` embedded texts."""
+    done = 0
+
+    def tick(n: int) -> None:
+        nonlocal done
+        before, done = done, done + n
+        if before // step != done // step:
+            say(f"embedded {done} chunks")
+
+    return tick
