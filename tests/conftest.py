@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +12,7 @@ from govrag.embed.hashing import HashEmbedder
 from govrag.harvest.ingest import Ingestor
 from govrag.harvest.records import DocumentRecord, GroupRecord, IdentityRecord, Record
 from govrag.settings import SearchSettings
+from govrag.store.protocol import KnowledgeStore
 from govrag.store.sqlite import SQLiteStore
 from govrag.types import Classification, Principal
 
@@ -25,9 +26,40 @@ def make_store(root: Path, **search: Any) -> SQLiteStore:
     )
 
 
+#: Backends the conformance tests run against. Each entry opens a store on named storage:
+#: the same name twice gives two independent handles (as two processes would have) on the
+#: same data. PostgreSQL joins this table with its backend.
+StoreFactory = Callable[..., KnowledgeStore]
+BACKENDS = ["sqlite"]
+
+
+@pytest.fixture(params=BACKENDS)
+def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
+    """``open_store(name="main", **search_settings)``: a store of the parametrized backend."""
+    opened: list[KnowledgeStore] = []
+
+    def factory(name: str = "main", **search: Any) -> KnowledgeStore:
+        if request.param == "sqlite":
+            s: KnowledgeStore = make_store(tmp_path / name, **search)
+        else:  # pragma: no cover - a backend listed without a factory
+            raise NotImplementedError(request.param)
+        opened.append(s)
+        return s
+
+    yield factory
+    for s in opened:
+        s.close()
+
+
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[SQLiteStore]:
-    s = make_store(tmp_path)
+def store(open_store: StoreFactory) -> KnowledgeStore:
+    return open_store()
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> Iterator[SQLiteStore]:
+    """For tests of SQLite internals (outside the conformance suite)."""
+    s = make_store(tmp_path / "sqlite")
     yield s
     s.close()
 
@@ -66,7 +98,7 @@ def doc(
     )
 
 
-def load(store: SQLiteStore, records: list[Record], tenant: str = "t1") -> None:
+def load(store: KnowledgeStore, records: list[Record], tenant: str = "t1") -> None:
     ingestor = Ingestor(store, tenant, embedder=store.embedder)
     for i, record in enumerate(records):
         ingestor.add(f"record {i}", record)

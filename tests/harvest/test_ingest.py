@@ -10,6 +10,7 @@ import pytest
 from govrag.errors import InputError, StoreError
 from govrag.harvest.ingest import ingest_jsonl, parse_record
 from govrag.settings import IngestSettings
+from govrag.store.protocol import KnowledgeStore
 from govrag.store.sqlite import SQLiteStore
 from govrag.types import SearchRequest, Strategy
 
@@ -39,12 +40,9 @@ def write_lines(path: Path, lines: list[object]) -> Path:
     return path
 
 
-def counts(store: SQLiteStore) -> tuple[int, int, int, int]:
-    row = store._q(
-        "SELECT (SELECT COUNT(*) FROM documents), (SELECT COUNT(*) FROM chunks), "
-        "(SELECT COUNT(*) FROM doc_acl), (SELECT COUNT(*) FROM chunk_vectors)"
-    )[0]
-    return (row[0], row[1], row[2], row[3])
+def counts(store: KnowledgeStore) -> tuple[int, int, int, int]:
+    s = store.stats("t1")
+    return (s["documents"], s["chunks"] + s["sections"], s["acl_rows"], s["vectors"])
 
 
 @pytest.mark.parametrize(
@@ -71,7 +69,7 @@ def counts(store: SQLiteStore) -> tuple[int, int, int, int]:
     ],
 )  # fmt: skip
 def test_bad_lines_name_line_and_field(
-    store: SQLiteStore, tmp_path: Path, line: object, message: str
+    store: KnowledgeStore, tmp_path: Path, line: object, message: str
 ) -> None:
     path = write_lines(tmp_path / "in.jsonl", [{**GOOD_DOC, "external_id": "ok"}, line])
     report = ingest_jsonl(store, path, "t1", settings=IngestSettings(max_text_bytes=4096))
@@ -87,12 +85,12 @@ def test_parse_record_rejects_lone_surrogates() -> None:
         parse_record(raw, max_text_bytes=10_000)
 
 
-def test_missing_file_is_a_clear_error(store: SQLiteStore, tmp_path: Path) -> None:
+def test_missing_file_is_a_clear_error(store: KnowledgeStore, tmp_path: Path) -> None:
     with pytest.raises(InputError, match="does not exist"):
         ingest_jsonl(store, tmp_path / "nope.jsonl", "t1")
 
 
-def test_reingest_is_idempotent(store: SQLiteStore, tmp_path: Path) -> None:
+def test_reingest_is_idempotent(store: KnowledgeStore, tmp_path: Path) -> None:
     lines = [
         {"type": "identity", "email": "Ana@X.example", "source_system": "sp", "account_id": "S-1"},
         GOOD_DOC,
@@ -107,7 +105,8 @@ def test_reingest_is_idempotent(store: SQLiteStore, tmp_path: Path) -> None:
     assert counts(store) == before and store.acl_epoch("t1") == epoch
 
 
-def test_rights_change_keeps_chunks_and_bumps_epoch(store: SQLiteStore) -> None:
+def test_rights_change_keeps_chunks_and_bumps_epoch(sqlite_store: SQLiteStore) -> None:
+    store = sqlite_store
     load(store, [ident("ana@x.example", "A"), doc("d", "alpha beta", ["A"])])
     chunk_ids = store._q("SELECT chunk_id FROM chunks")
     epoch = store.acl_epoch("t1")
@@ -126,28 +125,26 @@ def test_rights_change_keeps_chunks_and_bumps_epoch(store: SQLiteStore) -> None:
         [doc("d2", "fresh", ["A"])],
     ],
 )
-def test_every_rights_change_bumps_the_epoch(store: SQLiteStore, change: list[object]) -> None:
+def test_every_rights_change_bumps_the_epoch(store: KnowledgeStore, change: list[object]) -> None:
     load(store, [ident("ana@x.example", "A"), doc("d", "alpha beta", ["A"])])
     epoch = store.acl_epoch("t1")
     load(store, change)  # type: ignore[arg-type]
     assert store.acl_epoch("t1") == epoch + 1
 
 
-def test_unchanged_group_does_not_bump(store: SQLiteStore) -> None:
+def test_unchanged_group_does_not_bump(store: KnowledgeStore) -> None:
     load(store, [group("g", ["A", "B"])])
     epoch = store.acl_epoch("t1")
     load(store, [group("g", ["B", "A"])])
     assert store.acl_epoch("t1") == epoch
 
 
-def test_long_text_gets_sections_and_leaves(store: SQLiteStore) -> None:
+def test_long_text_gets_sections_and_leaves(store: KnowledgeStore) -> None:
     paragraphs = "\n\n".join(" ".join(f"w{p}x{i}" for i in range(120)) for p in range(12))
     load(store, [ident("ana@x.example", "A"), doc("long", paragraphs, ["A"])])
-    rows = store._q("SELECT indexed, parent_ordinal, token_count FROM chunks ORDER BY ordinal")
-    leaves = [r for r in rows if r[0] == 1]
-    assert len(leaves) > 1 and all(r[2] <= 300 for r in leaves)
-    assert any(r[0] == 0 for r in rows)  # section parents, not indexed
-    assert store._q("SELECT COUNT(*) FROM chunk_vectors")[0][0] == len(leaves)
+    stats = store.stats("t1")
+    assert stats["chunks"] > 1 and stats["sections"] >= 1  # leaves indexed, parents not
+    assert stats["vectors"] == stats["chunks"]
     hits = store.search(
         principal("ana@x.example"), SearchRequest(query="w7x3", strategy=Strategy.KEYWORD)
     ).results
@@ -155,8 +152,9 @@ def test_long_text_gets_sections_and_leaves(store: SQLiteStore) -> None:
 
 
 def test_a_failing_write_leaves_no_partial_document(
-    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+    sqlite_store: KnowledgeStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    store = sqlite_store
     load(store, [ident("ana@x.example", "A")])
     original = store._write_chunks
 
@@ -168,10 +166,10 @@ def test_a_failing_write_leaves_no_partial_document(
     with pytest.raises(StoreError):
         load(store, [doc("d", "alpha\n\nbeta", ["A"])])
     assert counts(store) == (0, 0, 0, 0)
-    assert store._q("SELECT COUNT(*) FROM index_outbox")[0][0] == 0
+    assert store.stats("t1")["outbox_rows"] == 0
 
 
-def test_delete_of_unknown_document_is_not_counted(store: SQLiteStore, tmp_path: Path) -> None:
+def test_delete_of_unknown_document_is_not_counted(store: KnowledgeStore, tmp_path: Path) -> None:
     path = write_lines(
         tmp_path / "d.jsonl", [{"type": "delete", "source_system": "sp", "external_id": "zz"}]
     )

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from govrag.store.protocol import KnowledgeStore
 from govrag.store.sqlite import SQLiteStore
 from govrag.types import SearchRequest, Strategy
 
-from conftest import doc, ident, load, make_store, principal
+from conftest import StoreFactory, doc, ident, load, make_store, principal
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,7 +58,8 @@ def test_crash_between_commit_and_index_write_is_repaired_on_open(tmp_path: Path
     reopened.close()
 
 
-def test_verify_finds_drift_and_rebuild_repairs_it(store: SQLiteStore) -> None:
+def test_verify_finds_drift_and_rebuild_repairs_it(sqlite_store: SQLiteStore) -> None:
+    store = sqlite_store
     load(store, [ident("ana@x.example", "A"), doc("a", "alpha", ["A"]), doc("b", "beta", ["A"])])
     store.sync_indexes("t1")
     lexical, _ = store._lexical_index("t1")
@@ -83,7 +85,7 @@ def test_deleted_index_directory_is_rebuilt(tmp_path: Path) -> None:
     reopened.close()
 
 
-def _snapshot(store: SQLiteStore, email: str, query: str) -> list[str]:
+def _snapshot(store: KnowledgeStore, email: str, query: str) -> list[str]:
     return [
         store.search(
             principal(email), SearchRequest(query=query, strategy=strategy, top_k=5)
@@ -92,7 +94,7 @@ def _snapshot(store: SQLiteStore, email: str, query: str) -> list[str]:
     ]
 
 
-def test_another_tenant_never_changes_my_results(store: SQLiteStore) -> None:
+def test_another_tenant_never_changes_my_results(store: KnowledgeStore) -> None:
     mine = [ident("ana@x.example", "A")] + [
         doc(f"m{i}", f"wire transfer limit {'risk ' * (i % 4)} note {i}", ["A"]) for i in range(30)
     ]
@@ -105,7 +107,7 @@ def test_another_tenant_never_changes_my_results(store: SQLiteStore) -> None:
     assert _snapshot(store, "ana@x.example", "wire transfer risk") == before
 
 
-def test_forbidden_documents_in_my_tenant_never_appear(store: SQLiteStore) -> None:
+def test_forbidden_documents_in_my_tenant_never_appear(store: KnowledgeStore) -> None:
     load(
         store,
         [ident("ana@x.example", "A")] + [doc(f"m{i}", f"wire note {i}", ["A"]) for i in range(10)],
@@ -124,9 +126,11 @@ def test_forbidden_documents_in_my_tenant_never_appear(store: SQLiteStore) -> No
 
 
 @pytest.mark.parametrize("strategy", list(Strategy))
-def test_scores_do_not_depend_on_other_tenants(tmp_path: Path, strategy: Strategy) -> None:
-    a = make_store(tmp_path / "a")
-    b = make_store(tmp_path / "b")
+def test_scores_do_not_depend_on_other_tenants(
+    open_store: StoreFactory, strategy: Strategy
+) -> None:
+    a = open_store("a")
+    b = open_store("b")
     records = [ident("ana@x.example", "A")] + [
         doc(f"d{i}", f"loan {i} fraud", ["A"]) for i in range(20)
     ]
@@ -136,5 +140,3 @@ def test_scores_do_not_depend_on_other_tenants(tmp_path: Path, strategy: Strateg
     req = SearchRequest(query="loan fraud", strategy=strategy)
     p = principal("ana@x.example")
     assert a.search(p, req) == b.search(p, req)
-    a.close()
-    b.close()

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from govrag.errors import NotFoundError
-from govrag.store.sqlite import SQLiteStore
+from govrag.store.protocol import KnowledgeStore
 from govrag.types import MetadataFilter, SearchRequest, Strategy
 
-from conftest import doc, group, ident, load, make_store, principal
+from conftest import StoreFactory, doc, group, ident, load, principal
 
 STRATEGIES = [Strategy.KEYWORD, Strategy.SEMANTIC, Strategy.HYBRID]
 
 
 @pytest.fixture
-def bank(store: SQLiteStore) -> SQLiteStore:
+def bank(store: KnowledgeStore) -> KnowledgeStore:
     load(
         store,
         [
@@ -55,7 +53,11 @@ def bank(store: SQLiteStore) -> SQLiteStore:
 
 
 def ids(
-    store: SQLiteStore, email: str, query: str, strategy: Strategy = Strategy.KEYWORD, **kw: object
+    store: KnowledgeStore,
+    email: str,
+    query: str,
+    strategy: Strategy = Strategy.KEYWORD,
+    **kw: object,
 ) -> list[str]:
     clearance = str(kw.pop("clearance", "confidential"))
     req = SearchRequest(query=query, strategy=strategy, **kw)  # type: ignore[arg-type]
@@ -73,7 +75,9 @@ def ids(
         ("nobody@x.example", set()),  # no identity: sees nothing, not even "*"
     ],
 )
-def test_acl_table(bank: SQLiteStore, strategy: Strategy, email: str, expected: set[str]) -> None:
+def test_acl_table(
+    bank: KnowledgeStore, strategy: Strategy, email: str, expected: set[str]
+) -> None:
     got = ids(bank, email, "wire transfer", strategy, corpora=("main",), top_k=10)
     if strategy is Strategy.KEYWORD:
         assert set(got) == expected
@@ -90,11 +94,11 @@ def test_acl_table(bank: SQLiteStore, strategy: Strategy, email: str, expected: 
         ("restricted", {"faq", "secret"}),
     ],
 )
-def test_classification_ceiling(bank: SQLiteStore, clearance: str, expected: set[str]) -> None:
+def test_classification_ceiling(bank: KnowledgeStore, clearance: str, expected: set[str]) -> None:
     assert set(ids(bank, "dora@x.example", "wire transfer", clearance=clearance)) == expected
 
 
-def test_hidden_marker_names_source_and_author_only(bank: SQLiteStore) -> None:
+def test_hidden_marker_names_source_and_author_only(bank: KnowledgeStore) -> None:
     result = bank.search(
         principal("ben@x.example", clearance="internal"),
         SearchRequest(query="wire transfer approval", strategy=Strategy.KEYWORD, top_k=5),
@@ -110,7 +114,7 @@ def test_hidden_marker_names_source_and_author_only(bank: SQLiteStore) -> None:
         assert forbidden not in dumped
 
 
-def test_no_marker_when_everything_relevant_is_readable(bank: SQLiteStore) -> None:
+def test_no_marker_when_everything_relevant_is_readable(bank: KnowledgeStore) -> None:
     result = bank.search(
         principal("ana@x.example", clearance="restricted"),
         SearchRequest(query="wire transfer", strategy=Strategy.KEYWORD),
@@ -118,15 +122,14 @@ def test_no_marker_when_everything_relevant_is_readable(bank: SQLiteStore) -> No
     assert not result.hidden.present and result.hidden.sources == ()
 
 
-def test_marker_can_be_turned_off(tmp_path: Path) -> None:
-    store = make_store(tmp_path, hidden_marker=False)
+def test_marker_can_be_turned_off(open_store: StoreFactory) -> None:
+    store = open_store(hidden_marker=False)
     load(store, [ident("ben@x.example", "B"), doc("w", "wire transfer", ["X"])])
     result = store.search(principal("ben@x.example"), SearchRequest(query="wire"))
     assert result.results == () and not result.hidden.present
-    store.close()
 
 
-def test_unknown_principal_learns_nothing(bank: SQLiteStore) -> None:
+def test_unknown_principal_learns_nothing(bank: KnowledgeStore) -> None:
     result = bank.search(principal("ghost@x.example"), SearchRequest(query="wire transfer"))
     assert result.results == () and not result.hidden.present
 
@@ -147,7 +150,7 @@ def test_unknown_principal_learns_nothing(bank: SQLiteStore) -> None:
 )
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_filters_only_narrow(
-    bank: SQLiteStore, flt: MetadataFilter, expected: set[str], strategy: Strategy
+    bank: KnowledgeStore, flt: MetadataFilter, expected: set[str], strategy: Strategy
 ) -> None:
     got = set(ids(bank, "ana@x.example", "wire transfer", strategy, filters=(flt,)))
     assert got <= expected and (strategy is not Strategy.KEYWORD or got == expected)
@@ -155,7 +158,7 @@ def test_filters_only_narrow(
     assert ids(bank, "ana@x.example", "wire transfer")
 
 
-def test_filter_cannot_widen_acl(bank: SQLiteStore) -> None:
+def test_filter_cannot_widen_acl(bank: KnowledgeStore) -> None:
     # Ben may not read "wire" although it matches the filter exactly.
     flt = MetadataFilter(key="doc_type", value="policy")
     assert ids(bank, "ben@x.example", "wire transfer", filters=(flt,)) == []
@@ -178,7 +181,7 @@ def test_bad_filters_are_rejected(bad: dict[str, object]) -> None:
         MetadataFilter.model_validate(bad)
 
 
-def test_unknown_corpus_is_a_clear_error(bank: SQLiteStore) -> None:
+def test_unknown_corpus_is_a_clear_error(bank: KnowledgeStore) -> None:
     with pytest.raises(
         NotFoundError, match=r"unknown corpus 'nope'.*known corpora: 'main', 'risk'"
     ):
@@ -191,12 +194,12 @@ def test_bad_queries(query: str) -> None:
         SearchRequest(query=query)
 
 
-def test_corpus_scope(bank: SQLiteStore) -> None:
+def test_corpus_scope(bank: KnowledgeStore) -> None:
     assert ids(bank, "carla@x.example", "credit model", corpora=("risk",)) == ["model"]
     assert ids(bank, "carla@x.example", "credit model", corpora=("main",)) == []
 
 
-def test_hit_fields(bank: SQLiteStore) -> None:
+def test_hit_fields(bank: KnowledgeStore) -> None:
     hit = bank.search(
         principal("ana@x.example"), SearchRequest(query="console", strategy=Strategy.KEYWORD)
     ).results[0]
@@ -209,7 +212,7 @@ def test_hit_fields(bank: SQLiteStore) -> None:
     assert hit.text == "wire transfer operations console" and hit.score > 0
 
 
-def test_revocation_is_visible_to_the_next_search(bank: SQLiteStore) -> None:
+def test_revocation_is_visible_to_the_next_search(bank: KnowledgeStore) -> None:
     assert "wire" in ids(bank, "carla@x.example", "wire transfer")
     load(bank, [group("credit", [])])  # Carla leaves credit, so she leaves risk too
     assert "wire" not in ids(bank, "carla@x.example", "wire transfer")
@@ -229,20 +232,17 @@ def test_revocation_is_visible_to_the_next_search(bank: SQLiteStore) -> None:
     assert "ops" not in ids(bank, "ben@x.example", "operations console")
 
 
-def test_revocation_in_another_process_is_visible(tmp_path: Path) -> None:
-    a = make_store(tmp_path)
+def test_revocation_in_another_process_is_visible(open_store: StoreFactory) -> None:
+    a = open_store()
     load(a, [ident("ben@x.example", "B"), doc("d", "quarterly numbers", ["B"])])
     assert ids(a, "ben@x.example", "quarterly") == ["d"]
-    b = make_store(tmp_path)  # another process's view of the same files
+    b = open_store()  # another process's handle on the same storage
     load(b, [doc("d", "quarterly numbers", ["Z"])])
     assert ids(a, "ben@x.example", "quarterly", Strategy.HYBRID) == []
     assert ids(a, "ben@x.example", "quarterly") == []
-    a.close()
-    b.close()
 
 
-def test_stale_index_never_serves_a_revoked_chunk(tmp_path: Path) -> None:
-    store = make_store(tmp_path)
+def test_stale_index_never_serves_a_revoked_chunk(store: KnowledgeStore) -> None:
     load(store, [ident("ben@x.example", "B"), doc("d", "quarterly numbers", ["B"])])
     assert ids(store, "ben@x.example", "quarterly") == ["d"]
     # Revoke, but keep this process's indexes from catching up (as if the apply lagged).
@@ -250,12 +250,11 @@ def test_stale_index_never_serves_a_revoked_chunk(tmp_path: Path) -> None:
     store.sync_indexes = lambda tenant, vectors=True: None  # type: ignore[method-assign]
     for strategy in STRATEGIES:
         assert ids(store, "ben@x.example", "quarterly", strategy) == []
-    incidents = store._q("SELECT kind FROM incidents")
-    assert ("acl_recheck_mismatch",) in incidents
-    store.close()
+    kinds = [kind for kind, _ in store.incidents("t1")]
+    assert "acl_recheck_mismatch" in kinds
 
 
-def test_deleted_documents_disappear(bank: SQLiteStore) -> None:
+def test_deleted_documents_disappear(bank: KnowledgeStore) -> None:
     from govrag.harvest.records import DeleteRecord
 
     load(bank, [DeleteRecord(type="delete", source_system="sp", external_id="faq")])
@@ -263,7 +262,7 @@ def test_deleted_documents_disappear(bank: SQLiteStore) -> None:
         assert "faq" not in ids(bank, "dora@x.example", "wire transfer", strategy)
 
 
-def test_is_empty_and_corpora(store: SQLiteStore) -> None:
+def test_is_empty_and_corpora(store: KnowledgeStore) -> None:
     assert store.is_empty("t1")
     load(store, [doc("d", "text", ["*"], corpus="c1")])
     assert not store.is_empty("t1") and store.is_empty("t2")
@@ -277,7 +276,5 @@ def test_top_k_bounds() -> None:
         SearchRequest(query="x", top_k=1001)
 
 
-def test_sqlite_store_implements_the_protocol(store: SQLiteStore) -> None:
-    from govrag.store.protocol import KnowledgeStore
-
+def test_store_implements_the_protocol(store: KnowledgeStore) -> None:
     assert isinstance(store, KnowledgeStore)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+from govrag.embed.base import Embedder
 from govrag.store.records import DocumentWrite, IndexReport, StoredHashes
 from govrag.types import Principal, SearchRequest, SearchResult
 
@@ -17,6 +18,8 @@ from govrag.types import Principal, SearchRequest, SearchResult
 @runtime_checkable
 class KnowledgeStore(Protocol):
     backend: str
+    #: Embeds queries for the vector leg; ingest embeds documents with the same model.
+    embedder: Embedder | None
 
     # catalogue
     def tenants(self) -> list[str]: ...
@@ -24,6 +27,8 @@ class KnowledgeStore(Protocol):
     def describe_corpus(self, tenant: str, corpus: str, description: str) -> None: ...
     def is_empty(self, tenant: str) -> bool: ...
     def acl_epoch(self, tenant: str) -> int: ...
+    def stats(self, tenant: str) -> dict[str, int]: ...
+    def incidents(self, tenant: str) -> list[tuple[str, dict[str, object]]]: ...
 
     # writes (the harvester's side)
     def put_identity(

@@ -63,6 +63,31 @@ class SQLiteStore(SQLiteWrites, SQLiteDerived):
             "SELECT 1 FROM chunks WHERE tenant_id = ? AND indexed = 1 LIMIT 1", (tenant,)
         )
 
+    def stats(self, tenant: str) -> dict[str, int]:
+        """Row counts of a tenant: what an operator checks after an ingest or a repair."""
+        row = self._q(
+            "SELECT (SELECT COUNT(*) FROM documents WHERE tenant_id = :t),"
+            " (SELECT COUNT(*) FROM chunks WHERE tenant_id = :t AND indexed = 1),"
+            " (SELECT COUNT(*) FROM chunks WHERE tenant_id = :t AND indexed = 0),"
+            " (SELECT COUNT(*) FROM chunk_vectors WHERE tenant_id = :t),"
+            " (SELECT COUNT(*) FROM doc_acl WHERE tenant_id = :t),"
+            " (SELECT COUNT(*) FROM identities WHERE tenant_id = :t),"
+            " (SELECT COUNT(*) FROM groups WHERE tenant_id = :t),"
+            " (SELECT COUNT(*) FROM index_outbox WHERE tenant_id = :t)",
+            {"t": tenant},
+        )[0]
+        keys = ("documents", "chunks", "sections", "vectors", "acl_rows", "identities",
+                "groups", "outbox_rows")  # fmt: skip
+        return dict(zip(keys, (int(v) for v in row), strict=True))
+
+    def incidents(self, tenant: str) -> list[tuple[str, dict[str, object]]]:
+        """Recorded incidents (kind, detail), oldest first."""
+        rows = self._q(
+            "SELECT kind, detail FROM incidents WHERE tenant_id = ? ORDER BY incident_id",
+            (tenant,),
+        )
+        return [(kind, json.loads(detail)) for kind, detail in rows]
+
     def list_corpora(self, tenant: str) -> list[tuple[str, str]]:
         """(corpus id, description) of a tenant's corpora."""
         rows = self._q(
