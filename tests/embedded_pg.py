@@ -230,6 +230,24 @@ def unavailable_reason() -> str | None:
     return None
 
 
+def skip_module_unless_available() -> None:
+    """Skip the calling test module (loudly) when no test server can run here.
+
+    In CI (``CI=true``) or with ``GOVRAG_REQUIRE_PG=1`` the skip is a failure instead, so a
+    missing install step cannot pass silently.
+    """
+    import pytest
+
+    reason = unavailable_reason()
+    if reason is None:
+        return
+    message = f"PostgreSQL tests cannot run: {reason}"
+    print(f"\n{'!' * 78}\n{message}\n{'!' * 78}", file=sys.stderr)
+    if os.environ.get("GOVRAG_REQUIRE_PG") == "1" or os.environ.get("CI") == "true":
+        raise RuntimeError(message + " (CI / GOVRAG_REQUIRE_PG=1 forbid skipping)")
+    pytest.skip(message, allow_module_level=True)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that was free a moment ago (the caller retries if it is taken meanwhile)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -8,25 +8,16 @@ instead, so a missing install step cannot pass silently.
 
 from __future__ import annotations
 
-import os
 import re
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from embedded_pg import PgServer, running_server, unavailable_reason
+from embedded_pg import PgServer, running_server, skip_module_unless_available
 
-_REASON = unavailable_reason()
-if _REASON is not None:
-    _MESSAGE = f"PostgreSQL tests cannot run: {_REASON}"
-    # Loud on purpose: a quiet skip would hide a missing install step in CI.
-    print(f"\n{'!' * 78}\n{_MESSAGE}\n{'!' * 78}", file=sys.stderr)
-    if os.environ.get("GOVRAG_REQUIRE_PG") == "1" or os.environ.get("CI") == "true":
-        raise RuntimeError(_MESSAGE + " (CI / GOVRAG_REQUIRE_PG=1 forbid skipping)")
-    pytest.skip(_MESSAGE, allow_module_level=True)
+skip_module_unless_available()
 
 import numpy as np  # noqa: E402
 import psycopg  # noqa: E402 - only importable once the skip above has not fired

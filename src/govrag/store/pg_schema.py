@@ -1,0 +1,309 @@
+"""PostgreSQL schema of the truth store: versioned migrations, Citus-ready, tenant RLS.
+
+The tables mirror ``schema.py`` (SQLite) so both backends hold the same truth. Differences
+that matter for scale-out:
+
+- Every primary key, unique constraint and foreign key includes ``tenant_id``, the
+  distribution column under Citus, so every table can be distributed by tenant and every
+  join stays on one shard.
+- Row-level security is enabled *and forced* on every tenant table: a session sees only the
+  rows of the tenant named in the transaction-local setting ``govrag.tenant``; with no setting
+  it sees nothing. Forced RLS applies to the table owner too; only superusers and roles with
+  BYPASSRLS skip it, so the application role must be neither.
+- Vectors use pgvector's ``vector`` type (dimension per tenant, recorded in ``vector_spaces``).
+
+Requires the ``postgres`` extra (psycopg 3) and pgvector >= 0.8 on the server.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from govrag.errors import StoreError
+from govrag.store.schema import now_iso
+
+if TYPE_CHECKING:
+    import psycopg
+
+#: Oldest pgvector with ``hnsw.iterative_scan`` (filtered HNSW scans that do not lose rows).
+MIN_PGVECTOR = (0, 8, 0)
+TENANT_SETTING = "govrag.tenant"
+
+#: Tables holding tenant data; each gets the tenant isolation policy.
+TENANT_TABLES = (
+    "tenants", "corpora", "source_systems", "identities", "groups", "group_members",
+    "documents", "chunks", "chunk_vectors", "vector_spaces", "doc_acl", "doc_meta",
+    "entities", "chunk_entities", "relations", "access_counter", "index_outbox", "incidents",
+)  # fmt: skip
+
+_CORE = """
+CREATE TABLE tenants (
+    tenant_id   TEXT PRIMARY KEY,
+    acl_epoch   BIGINT NOT NULL DEFAULT 0,
+    created_at  TEXT NOT NULL
+);
+CREATE TABLE corpora (
+    tenant_id   TEXT NOT NULL REFERENCES tenants(tenant_id),
+    corpus_id   TEXT NOT NULL,
+    description TEXT NOT NULL DEFAULT '',
+    created_at  TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, corpus_id)
+);
+CREATE TABLE source_systems (
+    tenant_id     TEXT NOT NULL REFERENCES tenants(tenant_id),
+    source_system TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, source_system)
+);
+CREATE TABLE identities (
+    tenant_id     TEXT NOT NULL REFERENCES tenants(tenant_id),
+    email         TEXT NOT NULL,
+    source_system TEXT NOT NULL,
+    account_id    TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, email, source_system, account_id)
+);
+CREATE INDEX identities_by_account ON identities(tenant_id, source_system, account_id);
+CREATE TABLE groups (
+    tenant_id     TEXT NOT NULL REFERENCES tenants(tenant_id),
+    source_system TEXT NOT NULL,
+    group_id      TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, source_system, group_id)
+);
+CREATE TABLE group_members (
+    tenant_id     TEXT NOT NULL,
+    source_system TEXT NOT NULL,
+    group_id      TEXT NOT NULL,
+    member_id     TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, source_system, group_id, member_id)
+);
+CREATE INDEX group_members_by_member ON group_members(tenant_id, source_system, member_id);
+CREATE TABLE documents (
+    tenant_id       TEXT NOT NULL REFERENCES tenants(tenant_id),
+    doc_id          BIGINT GENERATED ALWAYS AS IDENTITY,
+    source_system   TEXT NOT NULL,
+    external_id     TEXT NOT NULL,
+    corpus_id       TEXT NOT NULL,
+    title           TEXT NOT NULL DEFAULT '',
+    author_account  TEXT,
+    classification  SMALLINT NOT NULL,
+    authority_tier  SMALLINT NOT NULL DEFAULT 3,
+    updated_at      TEXT,
+    metadata        JSONB NOT NULL DEFAULT '{}',
+    content_hash    TEXT NOT NULL,
+    record_hash     TEXT NOT NULL,
+    trust_score     DOUBLE PRECISION NOT NULL DEFAULT 0.5,
+    ingested_at     TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, doc_id),
+    UNIQUE (tenant_id, source_system, external_id)
+);
+CREATE INDEX documents_by_corpus ON documents(tenant_id, corpus_id);
+CREATE INDEX documents_by_class ON documents(tenant_id, classification);
+CREATE TABLE chunks (
+    tenant_id      TEXT NOT NULL,
+    chunk_id       BIGINT GENERATED ALWAYS AS IDENTITY,
+    doc_id         BIGINT NOT NULL,
+    ordinal        INTEGER NOT NULL,
+    parent_ordinal INTEGER,
+    indexed        BOOLEAN NOT NULL,
+    token_count    INTEGER NOT NULL,
+    text           TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, chunk_id),
+    UNIQUE (tenant_id, doc_id, ordinal),
+    FOREIGN KEY (tenant_id, doc_id) REFERENCES documents(tenant_id, doc_id) ON DELETE CASCADE
+);
+CREATE TABLE chunk_vectors (
+    tenant_id TEXT NOT NULL,
+    chunk_id  BIGINT NOT NULL,
+    embedding vector NOT NULL,
+    PRIMARY KEY (tenant_id, chunk_id),
+    FOREIGN KEY (tenant_id, chunk_id) REFERENCES chunks(tenant_id, chunk_id) ON DELETE CASCADE
+);
+CREATE TABLE vector_spaces (
+    tenant_id TEXT PRIMARY KEY REFERENCES tenants(tenant_id),
+    embedder  TEXT NOT NULL,
+    dim       INTEGER NOT NULL
+);
+CREATE TABLE doc_acl (
+    tenant_id     TEXT NOT NULL,
+    doc_id        BIGINT NOT NULL,
+    source_system TEXT NOT NULL,
+    principal_id  TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, doc_id, source_system, principal_id),
+    FOREIGN KEY (tenant_id, doc_id) REFERENCES documents(tenant_id, doc_id) ON DELETE CASCADE
+);
+CREATE INDEX doc_acl_by_principal ON doc_acl(tenant_id, source_system, principal_id);
+CREATE TABLE doc_meta (
+    tenant_id  TEXT NOT NULL,
+    doc_id     BIGINT NOT NULL,
+    key        TEXT NOT NULL,
+    value_text TEXT,
+    value_num  DOUBLE PRECISION,
+    FOREIGN KEY (tenant_id, doc_id) REFERENCES documents(tenant_id, doc_id) ON DELETE CASCADE
+);
+CREATE INDEX doc_meta_text ON doc_meta(tenant_id, key, value_text);
+CREATE INDEX doc_meta_num ON doc_meta(tenant_id, key, value_num);
+CREATE INDEX doc_meta_doc ON doc_meta(tenant_id, doc_id);
+CREATE TABLE entities (
+    tenant_id TEXT NOT NULL,
+    entity_id BIGINT GENERATED ALWAYS AS IDENTITY,
+    kind      TEXT NOT NULL,
+    name      TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, entity_id),
+    UNIQUE (tenant_id, kind, name)
+);
+CREATE TABLE chunk_entities (
+    tenant_id TEXT NOT NULL,
+    chunk_id  BIGINT NOT NULL,
+    entity_id BIGINT NOT NULL,
+    PRIMARY KEY (tenant_id, chunk_id, entity_id),
+    FOREIGN KEY (tenant_id, chunk_id) REFERENCES chunks(tenant_id, chunk_id) ON DELETE CASCADE,
+    FOREIGN KEY (tenant_id, entity_id) REFERENCES entities(tenant_id, entity_id)
+);
+CREATE INDEX chunk_entities_by_entity ON chunk_entities(tenant_id, entity_id);
+CREATE TABLE relations (
+    tenant_id  TEXT NOT NULL,
+    src_entity BIGINT NOT NULL,
+    dst_entity BIGINT NOT NULL,
+    kind       TEXT NOT NULL,
+    chunk_id   BIGINT,
+    FOREIGN KEY (tenant_id, src_entity) REFERENCES entities(tenant_id, entity_id),
+    FOREIGN KEY (tenant_id, dst_entity) REFERENCES entities(tenant_id, entity_id),
+    FOREIGN KEY (tenant_id, chunk_id) REFERENCES chunks(tenant_id, chunk_id) ON DELETE CASCADE
+);
+CREATE INDEX relations_by_chunk ON relations(tenant_id, chunk_id);
+CREATE TABLE access_counter (
+    tenant_id        TEXT NOT NULL,
+    entity_kind      TEXT NOT NULL,
+    entity_id        TEXT NOT NULL,
+    hits             BIGINT NOT NULL DEFAULT 0,
+    last_accessed_at TEXT,
+    PRIMARY KEY (tenant_id, entity_kind, entity_id)
+);
+CREATE TABLE index_outbox (
+    tenant_id  TEXT NOT NULL,
+    seq        BIGINT GENERATED ALWAYS AS IDENTITY,
+    doc_id     BIGINT NOT NULL,
+    created_at TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, seq)
+);
+CREATE TABLE incidents (
+    tenant_id   TEXT NOT NULL,
+    incident_id BIGINT GENERATED ALWAYS AS IDENTITY,
+    kind        TEXT NOT NULL,
+    detail      JSONB NOT NULL,
+    created_at  TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, incident_id)
+)
+"""
+
+
+def _rls() -> str:
+    statements = []
+    for table in TENANT_TABLES:
+        statements += [
+            f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY",
+            f"ALTER TABLE {table} FORCE ROW LEVEL SECURITY",
+            # current_setting(..., true) is NULL when unset, so a session without a tenant
+            # matches no row and can insert none.
+            f"CREATE POLICY tenant_isolation ON {table} "
+            f"USING (tenant_id = current_setting('{TENANT_SETTING}', true)) "
+            f"WITH CHECK (tenant_id = current_setting('{TENANT_SETTING}', true))",
+        ]
+    return ";\n".join(statements)
+
+
+# (version, name, SQL). Append only: a released migration never changes.
+MIGRATIONS: list[tuple[int, str, str]] = [
+    (1, "knowledge store core", _CORE),
+    (2, "tenant row-level security", _rls()),
+]
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    """``'0.8.1'`` -> ``(0, 8, 1)``; pre-release suffixes are ignored."""
+    parts = re.findall(r"\d+", text.split("-")[0])
+    if not parts:
+        raise StoreError(f"cannot read the pgvector version {text!r}")
+    return tuple(int(p) for p in parts[:3])
+
+
+def ensure_pgvector(conn: psycopg.Connection[Any]) -> tuple[int, ...]:
+    """Create (if needed) and check the ``vector`` extension; a clear error when missing or old."""
+    import psycopg
+
+    try:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        row = conn.execute(
+            "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
+        ).fetchone()
+    except psycopg.Error as exc:
+        raise StoreError(
+            f"the PostgreSQL server cannot provide pgvector ({exc.sqlstate}: "
+            f"{str(exc).strip()}); install pgvector >= "
+            f"{'.'.join(map(str, MIN_PGVECTOR))} on the server, or have an administrator run "
+            "CREATE EXTENSION vector in this database"
+        ) from exc
+    version = parse_version(row[0] if row else "0")
+    if version < MIN_PGVECTOR:
+        raise StoreError(
+            f"pgvector {'.'.join(map(str, version))} is too old; govrag needs >= "
+            f"{'.'.join(map(str, MIN_PGVECTOR))} (iterative HNSW scans); upgrade it with "
+            "ALTER EXTENSION vector UPDATE"
+        )
+    return version
+
+
+def migrate(conn: psycopg.Connection[Any], *, app_role: str | None = None) -> int:
+    """Apply pending migrations, each in its own transaction; returns the schema version.
+
+    ``conn`` must be the schema owner's (autocommit) connection. ``app_role``, when given, is
+    granted what the application needs and nothing more: it does not own the tables, so the
+    forced tenant policies always apply to it.
+    """
+    import psycopg
+    from psycopg import sql
+
+    try:
+        ensure_pgvector(conn)
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+        )
+        for version, name, ddl in MIGRATIONS:
+            with conn.transaction():
+                # Serialise concurrent migrators; re-check under the lock.
+                conn.execute("LOCK TABLE schema_migrations IN EXCLUSIVE MODE")
+                done = conn.execute(
+                    "SELECT 1 FROM schema_migrations WHERE version = %s", (version,)
+                ).fetchone()
+                if done:
+                    continue
+                for statement in (s.strip() for s in ddl.split(";")):
+                    if statement:
+                        conn.execute(statement)
+                conn.execute(
+                    "INSERT INTO schema_migrations(version, name, applied_at) VALUES (%s, %s, %s)",
+                    (version, name, now_iso()),
+                )
+        if app_role:
+            role = sql.Identifier(app_role)
+            conn.execute(sql.SQL("GRANT USAGE ON SCHEMA public TO {}").format(role))
+            conn.execute(
+                sql.SQL(
+                    "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {}"
+                ).format(role)
+            )
+            conn.execute(
+                sql.SQL("REVOKE INSERT, UPDATE, DELETE ON schema_migrations FROM {}").format(role)
+            )
+        row = conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()
+    except psycopg.Error as exc:
+        raise StoreError(f"could not migrate the PostgreSQL schema: {str(exc).strip()}") from exc
+    latest = int(row[0] or 0) if row else 0
+    known = max(v for v, _, _ in MIGRATIONS)
+    if latest > known:
+        raise StoreError(
+            f"the database schema is version {latest}, newer than this govrag knows ({known}); "
+            "upgrade govrag"
+        )
+    return latest
