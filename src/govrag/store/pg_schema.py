@@ -21,7 +21,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from govrag.errors import StoreError
-from govrag.store.schema import now_iso
+from govrag.store.schema import check_not_newer, now_iso
 
 if TYPE_CHECKING:
     import psycopg
@@ -299,11 +299,4 @@ def migrate(conn: psycopg.Connection[Any], *, app_role: str | None = None) -> in
         row = conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()
     except psycopg.Error as exc:
         raise StoreError(f"could not migrate the PostgreSQL schema: {str(exc).strip()}") from exc
-    latest = int(row[0] or 0) if row else 0
-    known = max(v for v, _, _ in MIGRATIONS)
-    if latest > known:
-        raise StoreError(
-            f"the database schema is version {latest}, newer than this govrag knows ({known}); "
-            "upgrade govrag"
-        )
-    return latest
+    return check_not_newer(int(row[0] or 0) if row else 0, MIGRATIONS)

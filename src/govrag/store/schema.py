@@ -202,13 +202,18 @@ def migrate(conn: sqlite3.Connection) -> int:
         latest = conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0]
     except sqlite3.Error as exc:
         raise StoreError(f"could not migrate the SQLite schema: {exc}") from exc
-    known = max(v for v, _, _ in MIGRATIONS)
-    if latest is not None and latest > known:
+    return check_not_newer(int(latest or 0), MIGRATIONS)
+
+
+def check_not_newer(latest: int, migrations: list[tuple[int, str, str]]) -> int:
+    """Refuse a database migrated by a newer govrag: its schema may mean what we cannot read."""
+    known = max(v for v, _, _ in migrations)
+    if latest > known:
         raise StoreError(
             f"the database schema is version {latest}, newer than this govrag knows ({known}); "
             "upgrade govrag"
         )
-    return int(latest or 0)
+    return latest
 
 
 def _split(sql: str) -> list[str]:
