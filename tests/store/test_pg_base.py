@@ -1,0 +1,84 @@
+"""PostgreSQL plumbing on a real server: tenant-scoped transactions, clear errors, recovery."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from embedded_pg import PgServer, free_port, running_server, skip_module_unless_available
+
+skip_module_unless_available()
+
+import psycopg  # noqa: E402
+
+from govrag.errors import StoreError  # noqa: E402
+from govrag.store.pg_base import PgBase, describe_server  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
+    with running_server(tmp_path_factory.mktemp("pgbase")) as pg:
+        with psycopg.connect(pg.dsn, autocommit=True) as admin:
+            admin.execute("CREATE ROLE govrag_app LOGIN")
+        yield pg
+
+
+@pytest.fixture
+def base(server: PgServer, request: pytest.FixtureRequest) -> Iterator[PgBase]:
+    name = "b_" + request.node.name.lower().replace("[", "_").replace("]", "")[:50]
+    dsn = server.create_database(name)
+    store = PgBase(
+        psycopg.conninfo.make_conninfo(dsn, user="govrag_app"), admin_url=dsn,
+        app_role="govrag_app",
+    )  # fmt: skip
+    yield store
+    store.close()
+
+
+def test_statements_see_only_their_tenant(base: PgBase) -> None:
+    for tenant in ("t1", "t2"):
+        base._q(tenant, "INSERT INTO tenants VALUES (%s, 0, 'now')", (tenant,))
+    assert base._q("t1", "SELECT tenant_id FROM tenants") == [("t1",)]
+    assert base._q("t2", "SELECT tenant_id FROM tenants") == [("t2",)]
+    with pytest.raises(StoreError, match="row-level security"):
+        base._q("t1", "INSERT INTO tenants VALUES ('t2x', 0, 'now')")
+
+
+def test_the_setting_does_not_outlive_the_transaction(base: PgBase) -> None:
+    base._q("t1", "INSERT INTO tenants VALUES ('t1', 0, 'now')")
+    with base._pool.connection() as conn:  # the same pooled connection, outside _tx
+        assert conn.execute("SELECT COUNT(*) FROM tenants").fetchone() == (0,)
+
+
+def test_unreachable_server_is_one_clear_error() -> None:
+    url = f"postgresql://app:secret@127.0.0.1:{free_port()}/nope"
+    with pytest.raises(StoreError) as info:
+        PgBase(url)
+    message = str(info.value)
+    assert "app@127.0.0.1" in message and "unreachable" in message and "[store] url" in message
+    assert "secret" not in message
+
+
+def test_recovers_after_a_server_restart(server: PgServer, base: PgBase) -> None:
+    base._q("t1", "INSERT INTO tenants VALUES ('t1', 0, 'now')")
+    server.stop("immediate")
+    try:
+        with pytest.raises(StoreError, match=r"unreachable|failed"):
+            base._q("t1", "SELECT 1")
+    finally:
+        server.start()
+    # No restart of govrag: the pool replaces its dead connections.
+    assert base._q("t1", "SELECT tenant_id FROM tenants") == [("t1",)]
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("postgresql://u:pw@db.example:6543/govrag", "u@db.example:6543/govrag"),
+        ("host=h dbname=d user=u password=pw", "u@h:5432/d"),
+        ("postgresql:///govrag", "localhost:5432/govrag"),
+    ],
+)
+def test_describe_server_never_shows_the_password(url: str, expected: str) -> None:
+    assert describe_server(url) == expected
