@@ -92,7 +92,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE TABLE chunk_vectors (
             chunk_id  INTEGER PRIMARY KEY REFERENCES chunks(chunk_id) ON DELETE CASCADE,
             tenant_id TEXT NOT NULL,
-            vector    BLOB NOT NULL
+            embedding BLOB NOT NULL
         );
         CREATE TABLE vector_spaces (
             tenant_id TEXT PRIMARY KEY REFERENCES tenants(tenant_id),

@@ -97,7 +97,7 @@ class SQLiteBase:
 
     def _ensure_tenant(self, conn: sqlite3.Connection, tenant: str) -> None:
         conn.execute(
-            "INSERT OR IGNORE INTO tenants(tenant_id, created_at) VALUES (?, ?)",
+            "INSERT INTO tenants(tenant_id, created_at) VALUES (?, ?) ON CONFLICT DO NOTHING",
             (tenant, now_iso()),
         )
 
@@ -106,6 +106,7 @@ class SQLiteBase:
 
     def _ensure_source(self, conn: sqlite3.Connection, tenant: str, source_system: str) -> None:
         conn.execute(
-            "INSERT OR IGNORE INTO source_systems(tenant_id, source_system) VALUES (?, ?)",
+            "INSERT INTO source_systems(tenant_id, source_system) VALUES (?, ?) "
+            "ON CONFLICT DO NOTHING",
             (tenant, source_system),
         )

@@ -122,7 +122,7 @@ class SQLiteDerived(SQLiteBase):
     ) -> list[IndexedChunk]:
         """Indexed chunks of the given documents (all of the tenant's when None)."""
         columns = "c.chunk_id, c.doc_id, c.text, d.corpus_id, d.classification, d.title" + (
-            ", v.vector" if vectors else ", NULL"
+            ", v.embedding" if vectors else ", NULL"
         )
         joins = " JOIN documents d ON d.doc_id = c.doc_id" + (
             " JOIN chunk_vectors v ON v.chunk_id = c.chunk_id" if vectors else ""

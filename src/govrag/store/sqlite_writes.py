@@ -27,8 +27,8 @@ class SQLiteWrites(SQLiteBase):
         with self._tx() as conn:
             self._ensure_tenant(conn, tenant)
             cur = conn.execute(
-                "INSERT OR IGNORE INTO identities(tenant_id, email, source_system, account_id) "
-                "VALUES (?, ?, ?, ?)",
+                "INSERT INTO identities(tenant_id, email, source_system, account_id) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
                 (tenant, email.casefold(), source_system, account_id),
             )
             changed = cur.rowcount > 0
@@ -46,7 +46,8 @@ class SQLiteWrites(SQLiteBase):
             self._ensure_tenant(conn, tenant)
             self._ensure_source(conn, tenant, source_system)
             conn.execute(
-                "INSERT OR IGNORE INTO groups(tenant_id, source_system, group_id) VALUES (?, ?, ?)",
+                "INSERT INTO groups(tenant_id, source_system, group_id) VALUES (?, ?, ?) "
+                "ON CONFLICT DO NOTHING",
                 (tenant, source_system, group_id),
             )
             have = {
@@ -110,7 +111,8 @@ class SQLiteWrites(SQLiteBase):
                 )
             self._ensure_source(conn, tenant, doc.source_system)
             conn.execute(
-                "INSERT OR IGNORE INTO corpora(tenant_id, corpus_id, created_at) VALUES (?, ?, ?)",
+                "INSERT INTO corpora(tenant_id, corpus_id, created_at) VALUES (?, ?, ?) "
+                "ON CONFLICT DO NOTHING",
                 (tenant, doc.corpus, now_iso()),
             )
             values = (
@@ -130,10 +132,10 @@ class SQLiteWrites(SQLiteBase):
                     "INSERT INTO documents(corpus_id, title, author_account, classification, "
                     "authority_tier, updated_at, metadata, content_hash, record_hash, "
                     "ingested_at, tenant_id, source_system, external_id) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING doc_id",
                     (*values, tenant, doc.source_system, doc.external_id),
                 )
-                doc_id = int(cur.lastrowid or 0)
+                doc_id = int(cur.fetchone()[0])
                 rights_changed = True
                 old_acl: set[tuple[str, str]] = set()
             else:
@@ -193,24 +195,24 @@ class SQLiteWrites(SQLiteBase):
             self._check_space(conn, tenant, doc.embedder or "?", int(doc.vectors.shape[1]))
         vec_i = 0
         for chunk in doc.chunks:
-            cur = conn.execute(
+            chunk_id = conn.execute(
                 "INSERT INTO chunks(tenant_id, doc_id, ordinal, parent_ordinal, indexed, "
-                "token_count, text) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "token_count, text) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING chunk_id",
                 (
                     tenant,
                     doc_id,
                     chunk.ordinal,
                     chunk.parent,
-                    int(chunk.indexed),
+                    chunk.indexed,
                     chunk.token_count,
                     chunk.text,
                 ),
-            )
+            ).fetchone()[0]
             if chunk.indexed and doc.vectors is not None:
                 vec = np.ascontiguousarray(doc.vectors[vec_i], dtype=np.float32)
                 conn.execute(
-                    "INSERT INTO chunk_vectors(chunk_id, tenant_id, vector) VALUES (?, ?, ?)",
-                    (cur.lastrowid, tenant, vec.tobytes()),
+                    "INSERT INTO chunk_vectors(chunk_id, tenant_id, embedding) VALUES (?, ?, ?)",
+                    (chunk_id, tenant, vec.tobytes()),
                 )
                 vec_i += 1
 
