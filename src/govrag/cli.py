@@ -7,11 +7,14 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+if TYPE_CHECKING:
+    from govrag.deployment import Deployment
 
 from govrag.errors import GovragError, InputError, describe_validation
 from govrag.types import SearchRequest, SearchResult, Strategy
@@ -72,7 +75,7 @@ def _progress(total: int, label: str) -> Iterator[Callable[[int], None] | None]:
         yield lambda n: bar.advance(task, n)
 
 
-def _deployment(directory: Path | None) -> Any:
+def _deployment(directory: Path | None) -> Deployment:
     from govrag.deployment import Deployment
 
     return Deployment.load(directory)

@@ -58,7 +58,9 @@ class SearchBackend(Protocol):
 
     def known_corpora(self, tenant: str) -> list[str]: ...
 
-    def resolve_access(self, principal: Principal, corpora: Sequence[str]) -> AccessScope: ...
+    def resolve_access(
+        self, principal: Principal, corpora: Sequence[str], *, every_corpus: bool
+    ) -> AccessScope: ...
 
     def vector_space(self, tenant: str) -> tuple[str, int] | None: ...
 
@@ -93,18 +95,22 @@ class SearchBackend(Protocol):
     def record_incident(self, tenant: str, kind: str, detail: dict[str, object]) -> None: ...
 
 
-def resolve_corpora(backend: SearchBackend, tenant: str, wanted: Sequence[str] | None) -> list[str]:
-    """The corpora a request targets: the named ones (which must exist) or all of the tenant's."""
+def resolve_corpora(
+    backend: SearchBackend, tenant: str, wanted: Sequence[str] | None
+) -> tuple[list[str], bool]:
+    """The corpora a request targets (the named ones, which must exist, or all of the
+    tenant's), and whether they are every corpus of the tenant."""
     known = backend.known_corpora(tenant)
     if not wanted:
-        return known
+        return known, True
     unknown = [c for c in wanted if c not in known]
     if unknown:
         listing = ", ".join(repr(c) for c in known) or "none yet (ingest documents first)"
         raise NotFoundError(
             f"unknown corpus {unknown[0]!r} in tenant {tenant!r}; known corpora: {listing}"
         )
-    return list(dict.fromkeys(wanted))
+    targets = list(dict.fromkeys(wanted))
+    return targets, set(targets) >= set(known)
 
 
 def _query_vector(backend: SearchBackend, tenant: str, query: str) -> FloatArray | None:
@@ -168,8 +174,8 @@ def run_search(
 ) -> SearchResult:
     """Search on behalf of ``principal``: only chunks it may read, best first."""
     tenant = principal.tenant
-    corpora = resolve_corpora(backend, tenant, request.corpora)
-    scope = backend.resolve_access(principal, corpora)
+    corpora, every_corpus = resolve_corpora(backend, tenant, request.corpora)
+    scope = backend.resolve_access(principal, corpora, every_corpus=every_corpus)
     empty = SearchResult(query=request.query, strategy=request.strategy, results=())
     # No identity, or nothing to search: see nothing, learn nothing (not even the marker).
     if not scope.tokens or not corpora:

@@ -106,8 +106,13 @@ class SQLiteStore(SQLiteWrites, SQLiteDerived):
                 (tenant, corpus, description, now_iso()),
             )
 
-    def resolve_access(self, principal: Principal, corpora: Sequence[str]) -> AccessScope:
-        """The caller's principal tokens (one SQL statement), ceiling and corpus scope."""
+    def resolve_access(
+        self, principal: Principal, corpora: Sequence[str], *, every_corpus: bool
+    ) -> AccessScope:
+        """The caller's principal tokens (one SQL statement), ceiling and corpus scope.
+
+        ``every_corpus``: ``corpora`` is every corpus of the tenant, so legs skip that filter.
+        """
         rows = self._q(_RESOLVE_SQL, {"tenant": principal.tenant, "email": principal.email})
         tokens = {principal_token(ss, pid) for ss, pid in rows}
         if tokens:
@@ -120,7 +125,7 @@ class SQLiteStore(SQLiteWrites, SQLiteDerived):
             tokens=frozenset(tokens),
             ceiling=int(principal.clearance),
             corpora=tuple(corpora),
-            filter_corpora=not set(corpora) >= set(self.known_corpora(principal.tenant)),
+            filter_corpora=not every_corpus,
             filter_ceiling=top is None or int(top) > int(principal.clearance),
         )
 
