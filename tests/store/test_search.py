@@ -278,3 +278,20 @@ def test_top_k_bounds() -> None:
 
 def test_store_implements_the_protocol(store: KnowledgeStore) -> None:
     assert isinstance(store, KnowledgeStore)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_scope_predicates_run_inside_the_engine(store: KnowledgeStore, strategy: Strategy) -> None:
+    """Corpus and ceiling must narrow *before* top-k: the re-check is only a safety net, so a
+    search that needed it would come back short and record an incident."""
+    strong = [doc(f"s{i}", "wire wire wire transfer", ["*"], corpus="a") for i in range(5)]
+    secret = [
+        doc(f"r{i}", "wire wire wire transfer", ["*"], corpus="b", classification="restricted")
+        for i in range(5)
+    ]
+    weak = [doc(f"w{i}", f"wire note {i}", ["*"], corpus="b") for i in range(5)]
+    load(store, [ident("ana@x.example", "A"), *strong, *secret, *weak])
+    got = ids(store, "ana@x.example", "wire transfer", strategy, corpora=("b",), top_k=5,
+              clearance="internal")  # fmt: skip
+    assert sorted(got) == [f"w{i}" for i in range(5)]
+    assert store.incidents("t1") == []
