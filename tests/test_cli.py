@@ -56,7 +56,7 @@ def test_search_json_is_exactly_one_document(deployment: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     payload = json.loads(done.stdout)  # the whole of stdout parses as one JSON document
-    assert set(payload) == {"query", "strategy", "results", "hidden"}
+    assert set(payload) == {"query", "strategy", "results", "hidden", "truncated"}
     assert set(payload["results"][0]) == {
         "doc_id",
         "chunk_id",

@@ -170,3 +170,5 @@ class SearchResult(Frozen):
     strategy: Strategy
     results: tuple[SearchHit, ...]
     hidden: HiddenMarker = HiddenMarker()
+    #: A scan bound stopped the vector leg early: fewer results than asked may exist.
+    truncated: bool = False

@@ -108,10 +108,11 @@ def test_reingest_is_idempotent(store: KnowledgeStore, tmp_path: Path) -> None:
 def test_rights_change_keeps_chunks_and_bumps_epoch(sqlite_store: SQLiteStore) -> None:
     store = sqlite_store
     load(store, [ident("ana@x.example", "A"), doc("d", "alpha beta", ["A"])])
-    chunk_ids = store._q("SELECT chunk_id FROM chunks")
+    chunk_ids = store._q("t1", "SELECT chunk_id FROM chunks")
     epoch = store.acl_epoch("t1")
     load(store, [doc("d", "alpha beta", ["B"])])
-    assert store._q("SELECT chunk_id FROM chunks") == chunk_ids  # not re-chunked, not re-embedded
+    # not re-chunked, not re-embedded
+    assert store._q("t1", "SELECT chunk_id FROM chunks") == chunk_ids
     assert store.acl_epoch("t1") > epoch
     assert store.search(principal("ana@x.example"), SearchRequest(query="alpha")).results == ()
 

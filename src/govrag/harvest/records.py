@@ -6,6 +6,7 @@ public document.
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
@@ -87,6 +88,13 @@ class DocumentRecord(_Record):
     def _classification(cls, value: object) -> Classification:
         return Classification.parse(value)
 
+    @field_validator("title", "text")
+    @classmethod
+    def _no_nul(cls, value: str) -> str:
+        # NUL carries no meaning in text and PostgreSQL cannot store it: drop it on every
+        # backend so both hold (and hash) the same text.
+        return value.replace("\x00", "")
+
     @field_validator("acl")
     @classmethod
     def _acl(cls, value: list[str]) -> list[str]:
@@ -101,6 +109,8 @@ class DocumentRecord(_Record):
                     f"metadata key {key!r} is not allowed; use letters, digits, '_', '.', '-' "
                     "(at most 64 characters)"
                 )
+        if "\\u0000" in json.dumps(value):
+            raise ValueError("metadata contains a NUL character (\\u0000); remove it")
         return value
 
 

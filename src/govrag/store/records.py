@@ -18,6 +18,14 @@ def principal_token(source_system: str, principal_id: str) -> str:
     return f"{source_system}{_SEP}{principal_id}"
 
 
+def token_pair(token: str) -> tuple[str, str]:
+    """The ``(source_system, principal_id)`` ACL row a principal token matches."""
+    if token == EVERYONE:
+        return (EVERYONE, EVERYONE)
+    source_system, _, principal_id = token.partition(_SEP)
+    return (source_system, principal_id)
+
+
 @dataclass(frozen=True)
 class IndexedChunk:
     """One searchable chunk as the derived indexes hold it."""

@@ -86,7 +86,10 @@ class SearchBackend(Protocol):
         restricted: bool,
         doc_ids: Sequence[int] | None,
         limit: int,
-    ) -> list[tuple[int, float]]: ...
+    ) -> tuple[list[tuple[int, float]], bool]:
+        """Top ``limit`` by similarity, and whether a scan bound stopped the search before
+        it could prove there are no more candidates (the result may then be short)."""
+        ...
 
     def readable_chunks(self, scope: AccessScope, chunk_ids: Sequence[int]) -> set[int]: ...
 
@@ -138,7 +141,8 @@ def _rank(
     doc_ids: Sequence[int] | None,
     *,
     restricted: bool,
-) -> list[tuple[int, float]]:
+) -> tuple[list[tuple[int, float]], bool]:
+    """The fused ranking, and whether the vector leg was truncated by a scan bound."""
     settings = backend.search_settings
     strategy = request.strategy
     depth = request.top_k
@@ -146,19 +150,20 @@ def _rank(
         depth = max(request.top_k, settings.fusion_depth)
     lexical: list[tuple[int, float]] = []
     vector: list[tuple[int, float]] = []
+    truncated = False
     if strategy in (Strategy.KEYWORD, Strategy.HYBRID):
         lexical = backend.lexical_leg(
             scope, terms, restricted=restricted, doc_ids=doc_ids, limit=depth
         )
         lexical.sort(key=lambda pair: (-pair[1], pair[0]))
     if strategy in (Strategy.SEMANTIC, Strategy.HYBRID) and qvec is not None:
-        vector = backend.vector_leg(
+        vector, truncated = backend.vector_leg(
             scope, qvec, restricted=restricted, doc_ids=doc_ids, limit=depth
         )
     if strategy is Strategy.KEYWORD:
-        return lexical[: request.top_k]
+        return lexical[: request.top_k], False
     if strategy is Strategy.SEMANTIC:
-        return vector[: request.top_k]
+        return vector[: request.top_k], truncated
     fused = rrf(
         [
             ([c for c, _ in lexical], settings.lexical_weight),
@@ -166,7 +171,7 @@ def _rank(
         ],
         k=settings.rrf_k,
     )
-    return fused[: request.top_k]
+    return fused[: request.top_k], truncated
 
 
 def run_search(
@@ -196,7 +201,7 @@ def run_search(
     if backend.search_settings.hidden_marker:
         hidden = _hidden_marker(backend, scope, request, terms, qvec, doc_ids)
 
-    ranked = _rank(backend, scope, request, terms, qvec, doc_ids, restricted=True)
+    ranked, truncated = _rank(backend, scope, request, terms, qvec, doc_ids, restricted=True)
     ids = [cid for cid, _ in ranked]
     readable = backend.readable_chunks(scope, ids)
     stale = [cid for cid in ids if cid not in readable]
@@ -219,7 +224,13 @@ def run_search(
         for cid, score in kept
         if cid in info
     )
-    return SearchResult(query=request.query, strategy=request.strategy, results=hits, hidden=hidden)
+    return SearchResult(
+        query=request.query,
+        strategy=request.strategy,
+        results=hits,
+        hidden=hidden,
+        truncated=truncated,
+    )
 
 
 def _hidden_marker(
@@ -234,9 +245,8 @@ def _hidden_marker(
 
     Content-free by construction: only the source system and author email leave this function.
     """
-    unrestricted = [
-        cid for cid, _ in _rank(backend, scope, request, terms, qvec, doc_ids, restricted=False)
-    ]
+    ranked, _ = _rank(backend, scope, request, terms, qvec, doc_ids, restricted=False)
+    unrestricted = [cid for cid, _ in ranked]
     if not unrestricted:
         return HiddenMarker()
     readable = backend.readable_chunks(scope, unrestricted)

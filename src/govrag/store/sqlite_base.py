@@ -1,27 +1,26 @@
-"""Connection plumbing shared by the SQLite store's parts (writes, derived indexes, reads)."""
+"""Connection plumbing of the SQLite store: one connection (WAL), serialised by a lock."""
 
 from __future__ import annotations
 
-import logging
 import sqlite3
-import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 from govrag.embed.base import Embedder
 from govrag.errors import StoreError
 from govrag.settings import SearchSettings
-from govrag.store.lexical import LexicalIndex
-from govrag.store.schema import migrate, now_iso
+from govrag.store.dialect import SQLITE, Conn
+from govrag.store.schema import migrate
+from govrag.store.sql_base import SQLBase
 from govrag.store.vectors import VectorIndex
 
-log = logging.getLogger("govrag.store")
 
-
-class SQLiteBase:
+class SQLiteBase(SQLBase):
     """One SQLite connection (WAL, foreign keys on) plus the state every part needs."""
+
+    dialect = SQLITE
 
     def __init__(
         self,
@@ -32,11 +31,7 @@ class SQLiteBase:
         search: SearchSettings | None = None,
     ) -> None:
         self.path = str(path)
-        self.index_dir = index_dir
-        self.embedder = embedder
-        self.search_settings = search or SearchSettings()
-        self._lock = threading.RLock()
-        self._lexical: dict[str, LexicalIndex] = {}
+        self._init_state(index_dir, embedder, search)
         self._vectors: dict[str, VectorIndex] = {}
         try:
             if self.path != ":memory:":
@@ -66,14 +61,18 @@ class SQLiteBase:
         self.close()
 
     @contextmanager
-    def _tx(self, mode: str = "IMMEDIATE") -> Iterator[sqlite3.Connection]:
+    def _tx(self, tenant: str, *, read: bool = False) -> Iterator[Conn]:
+        # One file holds every tenant: ``tenant`` only scopes the statements themselves.
         with self._lock:
             try:
-                self._conn.execute(f"BEGIN {mode}")
+                self._conn.execute("BEGIN DEFERRED" if read else "BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot start a transaction: {exc}") from exc
             try:
                 yield self._conn
+            except sqlite3.Error as exc:
+                self._conn.execute("ROLLBACK")
+                raise StoreError(f"SQLite statement failed: {exc}") from exc
             except BaseException:
                 self._conn.execute("ROLLBACK")
                 raise
@@ -84,29 +83,12 @@ class SQLiteBase:
                     self._conn.execute("ROLLBACK")
                     raise StoreError(f"commit failed: {exc}") from exc
 
-    def _q(self, sql: str, params: Sequence[object] | dict[str, object] = ()) -> list[tuple]:  # type: ignore[type-arg]
+    def _q(self, tenant: str, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
             try:
                 return self._conn.execute(sql, params).fetchall()
             except sqlite3.Error as exc:
                 raise StoreError(f"query failed: {exc}") from exc
 
-    # -- tenants and catalogue -------------------------------------------------------------
     def tenants(self) -> list[str]:
-        return [r[0] for r in self._q("SELECT tenant_id FROM tenants ORDER BY tenant_id")]
-
-    def _ensure_tenant(self, conn: sqlite3.Connection, tenant: str) -> None:
-        conn.execute(
-            "INSERT INTO tenants(tenant_id, created_at) VALUES (?, ?) ON CONFLICT DO NOTHING",
-            (tenant, now_iso()),
-        )
-
-    def _bump_epoch(self, conn: sqlite3.Connection, tenant: str) -> None:
-        conn.execute("UPDATE tenants SET acl_epoch = acl_epoch + 1 WHERE tenant_id = ?", (tenant,))
-
-    def _ensure_source(self, conn: sqlite3.Connection, tenant: str, source_system: str) -> None:
-        conn.execute(
-            "INSERT INTO source_systems(tenant_id, source_system) VALUES (?, ?) "
-            "ON CONFLICT DO NOTHING",
-            (tenant, source_system),
-        )
+        return [r[0] for r in self._q("", "SELECT tenant_id FROM tenants ORDER BY tenant_id")]

@@ -1,30 +1,41 @@
-"""Writes of the SQLite truth store: identities, groups, documents (one transaction each)."""
+"""Writes of the truth store, the same SQL on every backend: identities, groups, documents.
+
+Each call is one transaction. Every change to a document appends an index-outbox row in the
+same transaction, and every change to rights bumps the tenant's ACL epoch.
+"""
 
 from __future__ import annotations
 
-import json
-import sqlite3
 from collections.abc import Sequence
 
-import numpy as np
-
 from govrag.errors import ConfigError, StoreError
+from govrag.store.dialect import Conn
 from govrag.store.records import (
     EVERYONE,
     DocumentWrite,
     StoredHashes,
 )
 from govrag.store.schema import now_iso
-from govrag.store.sqlite_base import SQLiteBase
+from govrag.store.sql_base import SQLBase, json_list
 
 
-class SQLiteWrites(SQLiteBase):
-    """The harvester's side of the store. Every change to a document writes an outbox row."""
+class SQLWrites(SQLBase):
+    """The harvester's side of the store."""
+
+    def _bump_epoch(self, conn: Conn, tenant: str) -> None:
+        conn.execute("UPDATE tenants SET acl_epoch = acl_epoch + 1 WHERE tenant_id = ?", (tenant,))
+
+    def _ensure_source(self, conn: Conn, tenant: str, source_system: str) -> None:
+        conn.execute(
+            "INSERT INTO source_systems(tenant_id, source_system) VALUES (?, ?) "
+            "ON CONFLICT DO NOTHING",
+            (tenant, source_system),
+        )
 
     # -- identities and groups -------------------------------------------------------------
     def put_identity(self, tenant: str, email: str, source_system: str, account_id: str) -> bool:
         """Map an email to a source-system account. Returns whether anything changed."""
-        with self._tx() as conn:
+        with self._tx(tenant) as conn:
             self._ensure_tenant(conn, tenant)
             cur = conn.execute(
                 "INSERT INTO identities(tenant_id, email, source_system, account_id) "
@@ -42,7 +53,7 @@ class SQLiteWrites(SQLiteBase):
     ) -> bool:
         """Replace a group's direct members. Returns whether the membership changed."""
         wanted = set(members)
-        with self._tx() as conn:
+        with self._tx(tenant) as conn:
             self._ensure_tenant(conn, tenant)
             self._ensure_source(conn, tenant, source_system)
             conn.execute(
@@ -56,7 +67,7 @@ class SQLiteWrites(SQLiteBase):
                     "SELECT member_id FROM group_members WHERE tenant_id = ? AND "
                     "source_system = ? AND group_id = ?",
                     (tenant, source_system, group_id),
-                )
+                ).fetchall()
             }
             if have == wanted:
                 return False
@@ -82,13 +93,15 @@ class SQLiteWrites(SQLiteBase):
         for start in range(0, len(keys), 400):
             batch = keys[start : start + 400]
             rows = self._q(
-                # CROSS JOIN keeps json_each outermost: one unique-index probe per key, never
-                # a scan of the tenant's documents (which the planner picks without stats).
-                "SELECT d.source_system, d.external_id, d.content_hash, d.record_hash "
-                "FROM json_each(?) j CROSS JOIN documents d "
-                "ON d.source_system = json_extract(j.value, '$[0]') "
-                "AND d.external_id = json_extract(j.value, '$[1]') WHERE d.tenant_id = ?",
-                (json.dumps([list(k) for k in batch]), tenant),
+                tenant,
+                # The key list drives (pinned join): one unique-index probe per key, never a
+                # scan of the tenant's documents (which SQLite picks without statistics).
+                self.dialect.sql(
+                    "SELECT d.source_system, d.external_id, d.content_hash, d.record_hash "
+                    "FROM {pairs} {pin} documents d "
+                    "ON d.tenant_id = ? AND d.source_system = t.ss AND d.external_id = t.pid"
+                ),
+                (json_list([list(k) for k in batch]), tenant),
             )
             for ss, ext, th, rh in rows:
                 out[(ss, ext)] = StoredHashes(text_hash=th, record_hash=rh)
@@ -96,7 +109,7 @@ class SQLiteWrites(SQLiteBase):
 
     def put_document(self, tenant: str, doc: DocumentWrite) -> str:
         """Write one document atomically. Returns ``added``, ``updated`` or ``unchanged``."""
-        with self._tx() as conn:
+        with self._tx(tenant) as conn:
             self._ensure_tenant(conn, tenant)
             row = conn.execute(
                 "SELECT doc_id, content_hash, record_hash, classification FROM documents "
@@ -143,24 +156,25 @@ class SQLiteWrites(SQLiteBase):
                 conn.execute(
                     "UPDATE documents SET corpus_id = ?, title = ?, author_account = ?, "
                     "classification = ?, authority_tier = ?, updated_at = ?, metadata = ?, "
-                    "content_hash = ?, record_hash = ?, ingested_at = ? WHERE doc_id = ?",
-                    (*values, doc_id),
+                    "content_hash = ?, record_hash = ?, ingested_at = ? "
+                    "WHERE tenant_id = ? AND doc_id = ?",
+                    (*values, tenant, doc_id),
                 )
                 rights_changed = row[3] != doc.classification
                 old_acl = {
                     (r[0], r[1])
                     for r in conn.execute(
-                        "SELECT source_system, principal_id FROM doc_acl WHERE doc_id = ?",
-                        (doc_id,),
-                    )
+                        self._by_doc("SELECT source_system, principal_id FROM doc_acl"),
+                        (tenant, doc_id),
+                    ).fetchall()
                 }
-                conn.execute("DELETE FROM doc_meta WHERE doc_id = ?", (doc_id,))
+                conn.execute(self._by_doc("DELETE FROM doc_meta"), (tenant, doc_id))
                 if doc.chunks is not None:
-                    conn.execute("DELETE FROM chunks WHERE doc_id = ?", (doc_id,))
+                    conn.execute(self._by_doc("DELETE FROM chunks"), (tenant, doc_id))
             new_acl = {(EVERYONE if p == EVERYONE else doc.source_system, p) for p in doc.acl}
             if new_acl != old_acl:
                 rights_changed = True
-                conn.execute("DELETE FROM doc_acl WHERE doc_id = ?", (doc_id,))
+                conn.execute(self._by_doc("DELETE FROM doc_acl"), (tenant, doc_id))
                 conn.executemany(
                     "INSERT INTO doc_acl(tenant_id, doc_id, source_system, principal_id) "
                     "VALUES (?, ?, ?, ?)",
@@ -173,17 +187,17 @@ class SQLiteWrites(SQLiteBase):
             )
             if doc.chunks is not None:
                 self._write_chunks(conn, tenant, doc_id, doc)
-            conn.execute(
-                "INSERT INTO index_outbox(tenant_id, doc_id, created_at) VALUES (?, ?, ?)",
-                (tenant, doc_id, now_iso()),
-            )
+            self._append_outbox(conn, tenant, doc_id)
             if rights_changed:
                 self._bump_epoch(conn, tenant)
             return "added" if row is None else "updated"
 
-    def _write_chunks(
-        self, conn: sqlite3.Connection, tenant: str, doc_id: int, doc: DocumentWrite
-    ) -> None:
+    def _by_doc(self, statement: str) -> str:
+        """``statement`` restricted to one document of a tenant (params: tenant, doc id)."""
+        # SQLite: probe the doc_id-leading index, not a tenant-wide one.
+        return self.dialect.sql(statement + " WHERE {plus}tenant_id = ? AND doc_id = ?")
+
+    def _write_chunks(self, conn: Conn, tenant: str, doc_id: int, doc: DocumentWrite) -> None:
         assert doc.chunks is not None
         indexed = [c for c in doc.chunks if c.indexed]
         if doc.vectors is not None:
@@ -209,14 +223,13 @@ class SQLiteWrites(SQLiteBase):
                 ),
             ).fetchone()[0]
             if chunk.indexed and doc.vectors is not None:
-                vec = np.ascontiguousarray(doc.vectors[vec_i], dtype=np.float32)
                 conn.execute(
                     "INSERT INTO chunk_vectors(chunk_id, tenant_id, embedding) VALUES (?, ?, ?)",
-                    (chunk_id, tenant, vec.tobytes()),
+                    (chunk_id, tenant, self._vector_param(doc.vectors[vec_i])),
                 )
                 vec_i += 1
 
-    def _check_space(self, conn: sqlite3.Connection, tenant: str, embedder: str, dim: int) -> None:
+    def _check_space(self, conn: Conn, tenant: str, embedder: str, dim: int) -> None:
         row = conn.execute(
             "SELECT embedder, dim FROM vector_spaces WHERE tenant_id = ?", (tenant,)
         ).fetchone()
@@ -234,7 +247,7 @@ class SQLiteWrites(SQLiteBase):
 
     def delete_document(self, tenant: str, source_system: str, external_id: str) -> bool:
         """Delete a document with its chunks, vectors, ACL and metadata rows."""
-        with self._tx() as conn:
+        with self._tx(tenant) as conn:
             row = conn.execute(
                 "SELECT doc_id FROM documents WHERE tenant_id = ? AND source_system = ? "
                 "AND external_id = ?",
@@ -242,10 +255,7 @@ class SQLiteWrites(SQLiteBase):
             ).fetchone()
             if row is None:
                 return False
-            conn.execute("DELETE FROM documents WHERE doc_id = ?", (row[0],))
-            conn.execute(
-                "INSERT INTO index_outbox(tenant_id, doc_id, created_at) VALUES (?, ?, ?)",
-                (tenant, row[0], now_iso()),
-            )
+            conn.execute(self._by_doc("DELETE FROM documents"), (tenant, row[0]))
+            self._append_outbox(conn, tenant, int(row[0]))
             self._bump_epoch(conn, tenant)
             return True

@@ -1,34 +1,38 @@
-"""Derived search indexes of the SQLite store: outbox apply, rebuild, verify.
+"""Derived search indexes, the same code on every backend: outbox apply, rebuild, verify.
 
-The SQL tables are the truth; the tantivy index (per tenant, on disk) and the vector matrix
-(per tenant, in memory) are derived from them and catch up from the index outbox.
+The SQL tables are the truth. Each process derives its own tantivy index per tenant (on disk
+under ``index_dir``, or in memory) from them and catches up from the index outbox before it
+searches, so any number of processes, on any machines, serve one truth store consistently.
+A backend may derive more (SQLite: an in-memory vector matrix) through the same outbox.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import sqlite3
 from collections.abc import Sequence
 
 import numpy as np
 
 from govrag.store.analyzer import default_analyzer
+from govrag.store.dialect import Conn
 from govrag.store.lexical import LexicalIndex
 from govrag.store.records import (
     IndexedChunk,
     IndexReport,
     principal_token,
 )
-from govrag.store.sqlite_base import SQLiteBase
-from govrag.store.vectors import VectorIndex
+from govrag.store.sql_base import SQLBase, json_list
+
+_HEAD = "SELECT COALESCE(MAX(seq), 0) FROM index_outbox WHERE tenant_id = ?"
 
 
-class SQLiteDerived(SQLiteBase):
+class SQLDerived(SQLBase):
     """Keeps this process's view of the derived indexes in step with the truth store."""
 
     def vector_space(self, tenant: str) -> tuple[str, int] | None:
-        rows = self._q("SELECT embedder, dim FROM vector_spaces WHERE tenant_id = ?", (tenant,))
+        rows = self._q(
+            tenant, "SELECT embedder, dim FROM vector_spaces WHERE tenant_id = ?", (tenant,)
+        )
         return (rows[0][0], int(rows[0][1])) if rows else None
 
     # -- derived indexes -------------------------------------------------------------------
@@ -43,78 +47,64 @@ class SQLiteDerived(SQLiteBase):
         return index, fresh
 
     def _outbox_head(self, tenant: str) -> int:
-        rows = self._q(
-            "SELECT COALESCE(MAX(seq), 0) FROM index_outbox WHERE tenant_id = ?", (tenant,)
-        )
-        return int(rows[0][0])
+        return int(self._q(tenant, _HEAD, (tenant,))[0][0])
 
     def sync_indexes(self, tenant: str, *, vectors: bool = True) -> None:
         """Apply pending outbox entries to this process's view of the derived indexes."""
         with self._lock:
             head = self._outbox_head(tenant)
             lexical, fresh = self._lexical_index(tenant)
-            if fresh and head > 0:
+            # An index ahead of the outbox belongs to other data (a recreated database).
+            if (fresh and head > 0) or lexical.loaded_seq > head:
                 self.rebuild_index(tenant)
             elif lexical.loaded_seq < head and lexical.refresh() < head:
-                self._apply_pending(tenant, lexical.applied_seq(), lexical)
-            if vectors and self.embedder is not None:
-                vindex = self._vectors.get(tenant)
-                if vindex is None:
-                    self._load_vectors(tenant)
-                elif vindex.applied_seq < head:
-                    self._apply_pending(tenant, vindex.applied_seq, vindex)
+                doc_ids, chunks, applied = self._pending(tenant, lexical.applied_seq(), False)
+                lexical.apply(doc_ids, chunks, applied)
+            if vectors:
+                self._sync_vectors(tenant, head)
 
-    def _apply_pending(self, tenant: str, since: int, index: LexicalIndex | VectorIndex) -> None:
-        with self._tx("DEFERRED") as conn:
-            head = conn.execute(
-                "SELECT COALESCE(MAX(seq), 0) FROM index_outbox WHERE tenant_id = ?", (tenant,)
-            ).fetchone()[0]
+    def _sync_vectors(self, tenant: str, head: int) -> None:
+        """Hook: bring a derived vector index up to ``head`` (none by default)."""
+
+    def _pending(
+        self, tenant: str, since: int, vectors: bool
+    ) -> tuple[list[int], list[IndexedChunk], int]:
+        """Documents changed after outbox position ``since``, their indexed chunks now, and
+        the position that state is at (read in one transaction, so they agree)."""
+        with self._tx(tenant, read=True) as conn:
+            head = int(conn.execute(_HEAD, (tenant,)).fetchone()[0])
             doc_ids = [
-                r[0]
+                int(r[0])
                 for r in conn.execute(
                     "SELECT DISTINCT doc_id FROM index_outbox WHERE tenant_id = ? AND seq > ? "
                     "AND seq <= ?",
                     (tenant, since, head),
-                )
+                ).fetchall()
             ]
-            chunks = self._indexed_chunks(
-                conn, tenant, doc_ids, vectors=isinstance(index, VectorIndex)
-            )
-        if isinstance(index, LexicalIndex):
-            index.apply(doc_ids, chunks, int(head))
-        else:
-            index.replace(doc_ids, chunks)
-            index.applied_seq = int(head)
+            chunks = self._indexed_chunks(conn, tenant, doc_ids, vectors=vectors)
+        return doc_ids, chunks, head
+
+    def _snapshot(self, tenant: str, vectors: bool) -> tuple[list[IndexedChunk], int]:
+        """Every indexed chunk of the tenant and the outbox position it is at."""
+        with self._tx(tenant, read=True) as conn:
+            head = int(conn.execute(_HEAD, (tenant,)).fetchone()[0])
+            chunks = self._indexed_chunks(conn, tenant, None, vectors=vectors)
+        return chunks, head
 
     def rebuild_index(self, tenant: str) -> int:
         """Recreate the tenant's lexical index from the truth store. Returns chunks indexed."""
         lexical, _ = self._lexical_index(tenant)
-        with self._tx("DEFERRED") as conn:
-            head = conn.execute(
-                "SELECT COALESCE(MAX(seq), 0) FROM index_outbox WHERE tenant_id = ?", (tenant,)
-            ).fetchone()[0]
-            chunks = self._indexed_chunks(conn, tenant, None, vectors=False)
-        lexical.apply((), chunks, int(head), reset=True)
-        self._vectors.pop(tenant, None)
+        chunks, head = self._snapshot(tenant, False)
+        lexical.apply((), chunks, head, reset=True)
+        self._after_rebuild(tenant)
         return len(chunks)
 
-    def _load_vectors(self, tenant: str) -> None:
-        space = self.vector_space(tenant)
-        if space is None:
-            return
-        with self._tx("DEFERRED") as conn:
-            head = conn.execute(
-                "SELECT COALESCE(MAX(seq), 0) FROM index_outbox WHERE tenant_id = ?", (tenant,)
-            ).fetchone()[0]
-            chunks = self._indexed_chunks(conn, tenant, None, vectors=True)
-        index = VectorIndex(space[1])
-        index.replace((), chunks)
-        index.applied_seq = int(head)
-        self._vectors[tenant] = index
+    def _after_rebuild(self, tenant: str) -> None:
+        """Hook: drop other derived state of the tenant after a rebuild."""
 
     def _indexed_chunks(
         self,
-        conn: sqlite3.Connection,
+        conn: Conn,
         tenant: str,
         doc_ids: Sequence[int] | None,
         *,
@@ -124,34 +114,44 @@ class SQLiteDerived(SQLiteBase):
         columns = "c.chunk_id, c.doc_id, c.text, d.corpus_id, d.classification, d.title" + (
             ", v.embedding" if vectors else ", NULL"
         )
-        joins = " JOIN documents d ON d.doc_id = c.doc_id" + (
-            " JOIN chunk_vectors v ON v.chunk_id = c.chunk_id" if vectors else ""
+        joins = " JOIN documents d ON d.tenant_id = c.tenant_id AND d.doc_id = c.doc_id" + (
+            " JOIN chunk_vectors v ON v.tenant_id = c.tenant_id AND v.chunk_id = c.chunk_id"
+            if vectors
+            else ""
         )
-        where = " WHERE c.tenant_id = ? AND c.indexed = 1"
+        sql = self.dialect.sql
         if doc_ids is None:
             rows = conn.execute(
-                f"SELECT {columns} FROM chunks c{joins}{where}", (tenant,)
+                sql(
+                    f"SELECT {columns} FROM chunks c{joins} "
+                    "WHERE c.tenant_id = ? AND c.indexed = {true}"
+                ),
+                (tenant,),
             ).fetchall()
             acl_rows = conn.execute(
                 "SELECT doc_id, source_system, principal_id FROM doc_acl WHERE tenant_id = ?",
                 (tenant,),
             ).fetchall()
         else:
-            # json_each outermost (CROSS JOIN): probe the given documents by index instead of
+            # The id list drives (pinned join): probe the given documents by index instead of
             # scanning the tenant, so applying one change costs O(change), not O(tenant).
+            # SQLite's unary + keeps its planner off the (tenant_id, ...) indexes here.
             rows, acl_rows = [], []
             for start in range(0, len(doc_ids), 500):
-                ids = json.dumps(list(doc_ids[start : start + 500]))
-                # Unary + keeps the planner off the (tenant_id, ...) indexes for these probes.
+                ids = json_list(doc_ids[start : start + 500])
                 rows += conn.execute(
-                    f"SELECT {columns} FROM json_each(?) j "
-                    f"CROSS JOIN chunks c ON c.doc_id = j.value{joins}"
-                    " WHERE +c.tenant_id = ? AND +c.indexed = 1",
+                    sql(
+                        f"SELECT {columns} FROM {{ids}} "
+                        f"{{pin}} chunks c ON c.doc_id = j.value{joins} "
+                        "WHERE {plus}c.tenant_id = ? AND {plus}c.indexed = {true}"
+                    ),
                     (ids, tenant),
                 ).fetchall()
                 acl_rows += conn.execute(
-                    "SELECT a.doc_id, a.source_system, a.principal_id FROM json_each(?) j "
-                    "CROSS JOIN doc_acl a ON a.doc_id = j.value WHERE +a.tenant_id = ?",
+                    sql(
+                        "SELECT a.doc_id, a.source_system, a.principal_id FROM {ids} "
+                        "{pin} doc_acl a ON a.doc_id = j.value WHERE {plus}a.tenant_id = ?"
+                    ),
                     (ids, tenant),
                 ).fetchall()
         acl: dict[int, list[str]] = {}
@@ -181,7 +181,11 @@ class SQLiteDerived(SQLiteBase):
         truth = {
             r[0]
             for r in self._q(
-                "SELECT chunk_id FROM chunks WHERE tenant_id = ? AND indexed = 1", (tenant,)
+                tenant,
+                self.dialect.sql(
+                    "SELECT chunk_id FROM chunks WHERE tenant_id = ? AND indexed = {true}"
+                ),
+                (tenant,),
             )
         }
         have = lexical.all_chunk_ids()

@@ -1,0 +1,99 @@
+"""The few pieces of SQL that differ between SQLite and PostgreSQL, in one place.
+
+Both backends run the same statements (``sql_writes.py``, ``sql_derived.py``,
+``sql_reads.py``), written with ``?`` placeholders and ``{name}`` slots that a
+:class:`Dialect` fills in. Lists (ids, principal tokens) are bound as one JSON text parameter
+on both backends, so a statement has the same parameters everywhere.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+class Cursor(Protocol):
+    """What the shared statements need of a DB-API cursor."""
+
+    @property
+    def rowcount(self) -> int: ...
+    def fetchone(self) -> Any: ...
+    def fetchall(self) -> list[Any]: ...
+
+
+class Conn(Protocol):
+    """A connection inside one transaction, taking ``?`` placeholders."""
+
+    def execute(self, sql: str, params: Sequence[Any] = (), /) -> Cursor: ...
+    def executemany(self, sql: str, seq: Sequence[Sequence[Any]], /) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """Slots of the shared statements (see the module docstring)."""
+
+    name: str
+    #: A table ``j(value)`` of the integers in a bound JSON array.
+    ids: str
+    #: A table ``j(value)`` of the strings in a bound JSON array.
+    texts: str
+    #: A table ``t(ss, pid)`` of the ``[source_system, principal_id]`` pairs in a bound JSON
+    #: array: the caller's resolved principals.
+    pairs: str
+    #: A join whose written order the planner must keep (the left side drives the probes).
+    pin: str
+    #: Prefix that keeps the planner from using an index on a column (SQLite's unary ``+``).
+    plus: str
+    #: The boolean literal true.
+    true: str
+
+    def sql(self, template: str) -> str:
+        """``template`` with this dialect's slots filled in."""
+        return _render(self, template)
+
+
+@functools.lru_cache(maxsize=512)
+def _render(dialect: Dialect, template: str) -> str:
+    return template.format(
+        ids=dialect.ids,
+        texts=dialect.texts,
+        pairs=dialect.pairs,
+        pin=dialect.pin,
+        plus=dialect.plus,
+        true=dialect.true,
+    )
+
+
+SQLITE = Dialect(
+    name="sqlite",
+    ids="json_each(?) j",
+    texts="json_each(?) j",
+    pairs=(
+        "(SELECT json_extract(value, '$[0]') AS ss, json_extract(value, '$[1]') AS pid "
+        "FROM json_each(?)) t"
+    ),
+    # SQLite never reorders the operands of CROSS JOIN.
+    pin="CROSS JOIN",
+    plus="+",
+    true="1",
+)
+
+POSTGRES = Dialect(
+    name="postgres",
+    ids="(SELECT value::bigint AS value FROM jsonb_array_elements_text(CAST(? AS jsonb))) j",
+    texts="jsonb_array_elements_text(CAST(? AS jsonb)) AS j(value)",
+    pairs=(
+        "(SELECT e->>0 AS ss, e->>1 AS pid FROM jsonb_array_elements(CAST(? AS jsonb)) AS x(e)) t"
+    ),
+    pin="JOIN",
+    plus="",
+    true="TRUE",
+)
+
+
+@functools.lru_cache(maxsize=512)
+def to_pyformat(sql: str) -> str:
+    """``?`` placeholders to psycopg's ``%s`` (escaping literal ``%``)."""
+    return sql.replace("%", "%%").replace("?", "%s")

@@ -1,0 +1,92 @@
+"""What the shared SQL parts of a store (writes, derived indexes, reads) need of a backend.
+
+A backend (``sqlite_base.py``, ``pg_base.py``) supplies tenant-scoped transactions taking
+``?`` placeholders and its :class:`~govrag.store.dialect.Dialect`; the parts above it are the
+same code on both, so both backends hold and return the same truth.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from govrag.embed.base import Embedder
+from govrag.settings import SearchSettings
+from govrag.store.dialect import Conn, Dialect
+from govrag.store.lexical import LexicalIndex
+from govrag.store.schema import now_iso
+
+log = logging.getLogger("govrag.store")
+
+
+class SQLBase:
+    """Interface and shared plumbing of a SQL truth store."""
+
+    backend: str
+    dialect: Dialect
+    embedder: Embedder | None
+    search_settings: SearchSettings
+    #: Where this process keeps its derived lexical indexes (None: in memory).
+    index_dir: Path | None
+    _lock: threading.RLock
+    _lexical: dict[str, LexicalIndex]
+
+    def _init_state(
+        self, index_dir: Path | None, embedder: Embedder | None, search: SearchSettings | None
+    ) -> None:
+        self.index_dir = index_dir
+        self.embedder = embedder
+        self.search_settings = search or SearchSettings()
+        self._lock = threading.RLock()
+        self._lexical = {}
+
+    def _tx(self, tenant: str, *, read: bool = False) -> AbstractContextManager[Conn]:
+        """One transaction on behalf of ``tenant``; ``read`` when it writes nothing."""
+        raise NotImplementedError
+
+    def _q(self, tenant: str, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run one statement in its own read transaction and fetch its rows."""
+        with self._tx(tenant, read=True) as conn:
+            return list(conn.execute(sql, params).fetchall())
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    # -- pieces of write transactions that differ by backend ---------------------------------
+    def _ensure_tenant(self, conn: Conn, tenant: str) -> None:
+        conn.execute(
+            "INSERT INTO tenants(tenant_id, created_at) VALUES (?, ?) ON CONFLICT DO NOTHING",
+            (tenant, now_iso()),
+        )
+
+    def _append_outbox(self, conn: Conn, tenant: str, doc_id: int) -> None:
+        """Record that ``doc_id`` changed, at a sequence number readers apply in order."""
+        conn.execute(
+            "INSERT INTO index_outbox(tenant_id, doc_id, created_at) VALUES (?, ?, ?)",
+            (tenant, doc_id, now_iso()),
+        )
+
+    def _vector_param(self, vector: npt.NDArray[np.float32]) -> object:
+        """A vector as the backend's ``embedding`` column takes it."""
+        return np.ascontiguousarray(vector, dtype=np.float32).tobytes()
+
+    def _json_value(self, value: object) -> dict[str, Any]:
+        """A JSON column read back (text on SQLite, already decoded on PostgreSQL)."""
+        decoded = json.loads(value) if isinstance(value, str | bytes) else value
+        return dict(decoded) if isinstance(decoded, dict) else {"value": decoded}
+
+    def tenants(self) -> list[str]:
+        raise NotImplementedError
+
+
+def json_list(values: Sequence[object]) -> str:
+    """A list bound as one parameter (see ``dialect.py``)."""
+    return json.dumps(list(values))

@@ -1,0 +1,244 @@
+"""The read side of the truth store, the same SQL on every backend.
+
+Catalogue reads, access resolution and the search primitives :func:`run_search` composes.
+A backend adds its identity-resolution statement (``_resolve_sql``) and its vector leg.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from govrag.embed.base import FloatArray
+from govrag.store.filters import filters_sql
+from govrag.store.records import (
+    EVERYONE,
+    AccessScope,
+    principal_token,
+    token_pair,
+)
+from govrag.store.schema import now_iso
+from govrag.store.search import ChunkInfo, run_search
+from govrag.store.sql_base import json_list, log
+from govrag.store.sql_derived import SQLDerived
+from govrag.types import MetadataFilter, Principal, SearchRequest, SearchResult, Strategy
+
+_STATS = (
+    ("documents", "SELECT COUNT(*) FROM documents WHERE tenant_id = ?"),
+    ("chunks", "SELECT COUNT(*) FROM chunks WHERE tenant_id = ? AND indexed = {true}"),
+    ("sections", "SELECT COUNT(*) FROM chunks WHERE tenant_id = ? AND NOT indexed"),
+    ("vectors", "SELECT COUNT(*) FROM chunk_vectors WHERE tenant_id = ?"),
+    ("acl_rows", "SELECT COUNT(*) FROM doc_acl WHERE tenant_id = ?"),
+    ("identities", "SELECT COUNT(*) FROM identities WHERE tenant_id = ?"),
+    ("groups", "SELECT COUNT(*) FROM groups WHERE tenant_id = ?"),
+    ("outbox_rows", "SELECT COUNT(*) FROM index_outbox WHERE tenant_id = ?"),
+)
+
+
+class SQLReads(SQLDerived):
+    """Catalogue, access resolution and search primitives over the truth store."""
+
+    #: Email -> source accounts -> transitive groups as ``(source_system, principal_id)``
+    #: rows, in one statement; parameters: tenant, email, tenant.
+    _resolve_sql: str
+
+    def acl_epoch(self, tenant: str) -> int:
+        rows = self._q(tenant, "SELECT acl_epoch FROM tenants WHERE tenant_id = ?", (tenant,))
+        return int(rows[0][0]) if rows else 0
+
+    def is_empty(self, tenant: str) -> bool:
+        return not self._q(
+            tenant,
+            self.dialect.sql(
+                "SELECT 1 FROM chunks WHERE tenant_id = ? AND indexed = {true} LIMIT 1"
+            ),
+            (tenant,),
+        )
+
+    def stats(self, tenant: str) -> dict[str, int]:
+        """Row counts of a tenant: what an operator checks after an ingest or a repair."""
+        sql = "SELECT " + ", ".join(f"({self.dialect.sql(q)})" for _, q in _STATS)
+        row = self._q(tenant, sql, (tenant,) * len(_STATS))[0]
+        return {key: int(v) for (key, _), v in zip(_STATS, row, strict=True)}
+
+    def incidents(self, tenant: str) -> list[tuple[str, dict[str, object]]]:
+        """Recorded incidents (kind, detail), oldest first."""
+        rows = self._q(
+            tenant,
+            "SELECT kind, detail FROM incidents WHERE tenant_id = ? ORDER BY incident_id",
+            (tenant,),
+        )
+        return [(kind, self._json_value(detail)) for kind, detail in rows]
+
+    def record_incident(self, tenant: str, kind: str, detail: dict[str, object]) -> None:
+        log.warning("store incident %s in tenant %r: %s", kind, tenant, detail)
+        with self._tx(tenant) as conn:
+            conn.execute(
+                "INSERT INTO incidents(tenant_id, kind, detail, created_at) VALUES (?, ?, ?, ?)",
+                (tenant, kind, json.dumps(detail, sort_keys=True), now_iso()),
+            )
+
+    def list_corpora(self, tenant: str) -> list[tuple[str, str]]:
+        """(corpus id, description) of a tenant's corpora."""
+        rows = self._q(
+            tenant,
+            "SELECT corpus_id, description FROM corpora WHERE tenant_id = ? ORDER BY corpus_id",
+            (tenant,),
+        )
+        return [(r[0], r[1]) for r in rows]
+
+    def known_corpora(self, tenant: str) -> list[str]:
+        return [c for c, _ in self.list_corpora(tenant)]
+
+    def describe_corpus(self, tenant: str, corpus: str, description: str) -> None:
+        with self._tx(tenant) as conn:
+            self._ensure_tenant(conn, tenant)
+            conn.execute(
+                "INSERT INTO corpora(tenant_id, corpus_id, description, created_at) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT(tenant_id, corpus_id) "
+                "DO UPDATE SET description = excluded.description",
+                (tenant, corpus, description, now_iso()),
+            )
+
+    # -- access ----------------------------------------------------------------------------
+    def resolve_access(
+        self, principal: Principal, corpora: Sequence[str], *, every_corpus: bool
+    ) -> AccessScope:
+        """The caller's principal tokens (one SQL statement), ceiling and corpus scope.
+
+        ``every_corpus``: ``corpora`` is every corpus of the tenant, so legs skip that filter.
+        """
+        tenant = principal.tenant
+        with self._tx(tenant, read=True) as conn:
+            rows = conn.execute(self._resolve_sql, (tenant, principal.email, tenant)).fetchall()
+            top = conn.execute(
+                "SELECT MAX(classification) FROM documents WHERE tenant_id = ?", (tenant,)
+            ).fetchone()[0]
+        tokens = {principal_token(ss, pid) for ss, pid in rows}
+        if tokens:
+            tokens.add(EVERYONE)  # "*" is everyone with an identity in the tenant
+        return AccessScope(
+            tenant=tenant,
+            tokens=frozenset(tokens),
+            ceiling=int(principal.clearance),
+            corpora=tuple(corpora),
+            filter_corpora=not every_corpus,
+            filter_ceiling=top is None or int(top) > int(principal.clearance),
+        )
+
+    # -- search primitives (used by store.search.run_search) -------------------------------
+    def lexical_leg(
+        self,
+        scope: AccessScope,
+        terms: Sequence[str],
+        *,
+        restricted: bool,
+        doc_ids: Sequence[int] | None,
+        limit: int,
+    ) -> list[tuple[int, float]]:
+        index, _ = self._lexical_index(scope.tenant)
+        return index.search(terms, **leg_args(scope, restricted, doc_ids, limit))
+
+    def vector_leg(
+        self,
+        scope: AccessScope,
+        query: FloatArray,
+        *,
+        restricted: bool,
+        doc_ids: Sequence[int] | None,
+        limit: int,
+    ) -> tuple[list[tuple[int, float]], bool]:
+        raise NotImplementedError
+
+    def filtered_doc_ids(
+        self, tenant: str, corpora: Sequence[str], filters: tuple[MetadataFilter, ...]
+    ) -> list[int]:
+        """The sql primitive: documents in ``corpora`` matching every metadata filter."""
+        cond, params = filters_sql(filters, tenant)
+        rows = self._q(
+            tenant,
+            self.dialect.sql(
+                "SELECT d.doc_id FROM documents d WHERE d.tenant_id = ? "
+                "AND d.corpus_id IN (SELECT value FROM {texts})"
+            )
+            + (f" AND {cond}" if cond else ""),
+            (tenant, json_list(corpora), *params),
+        )
+        return [int(r[0]) for r in rows]
+
+    def readable_chunks(self, scope: AccessScope, chunk_ids: Sequence[int]) -> set[int]:
+        """Defence in depth: which of ``chunk_ids`` the truth store's ACL lets the caller read."""
+        if not chunk_ids or not scope.tokens:
+            return set()
+        rows = self._q(
+            scope.tenant,
+            # The id list drives (pinned join): the few given chunks by primary key, never a
+            # scan of the tenant's chunks.
+            self.dialect.sql(
+                "SELECT c.chunk_id FROM {ids} {pin} chunks c ON c.chunk_id = j.value "
+                "JOIN documents d ON d.tenant_id = c.tenant_id AND d.doc_id = c.doc_id "
+                "WHERE c.tenant_id = ? AND c.indexed = {true} AND d.classification <= ? "
+                "AND d.corpus_id IN (SELECT value FROM {texts}) "
+                "AND EXISTS (SELECT 1 FROM {pairs} {pin} doc_acl a "
+                "  ON a.tenant_id = d.tenant_id AND a.doc_id = d.doc_id "
+                "  AND a.source_system = t.ss AND a.principal_id = t.pid)"
+            ),
+            (
+                json_list(chunk_ids),
+                scope.tenant,
+                scope.ceiling,
+                json_list(scope.corpora),
+                json_list(sorted(token_pair(t) for t in scope.tokens)),
+            ),
+        )
+        return {int(r[0]) for r in rows}
+
+    def chunk_info(self, tenant: str, chunk_ids: Sequence[int]) -> dict[int, ChunkInfo]:
+        """Display fields of chunks, with the author's email for the hidden-item marker."""
+        if not chunk_ids:
+            return {}
+        rows = self._q(
+            tenant,
+            self.dialect.sql(
+                "SELECT c.chunk_id, d.external_id, c.ordinal, d.corpus_id, d.source_system, "
+                " c.text, (SELECT MIN(i.email) FROM identities i WHERE i.tenant_id = d.tenant_id"
+                "  AND i.source_system = d.source_system AND i.account_id = d.author_account) "
+                "FROM {ids} {pin} chunks c ON c.chunk_id = j.value "
+                "JOIN documents d ON d.tenant_id = c.tenant_id AND d.doc_id = c.doc_id "
+                "WHERE c.tenant_id = ?"
+            ),
+            (json_list(chunk_ids), tenant),
+        )
+        return {
+            int(r[0]): ChunkInfo(
+                doc_id=r[1],
+                ordinal=r[2],
+                corpus=r[3],
+                source_system=r[4],
+                text=r[5],
+                author_email=r[6],
+            )
+            for r in rows
+        }
+
+    def search(self, principal: Principal, request: SearchRequest) -> SearchResult:
+        """Ranked candidates the principal may read, with the hidden-item marker."""
+        # Derived in-process indexes are mutable: a store serialises its searches.
+        with self._lock:
+            self.sync_indexes(principal.tenant, vectors=request.strategy != Strategy.KEYWORD)
+            return run_search(self, principal, request)
+
+
+def leg_args(
+    scope: AccessScope, restricted: bool, doc_ids: Sequence[int] | None, limit: int
+) -> dict[str, Any]:
+    """Keyword arguments of a derived index's search: the access predicate unless
+    ``restricted`` is off."""
+    return {
+        "corpora": scope.corpora if scope.filter_corpora else None,
+        "acl_tokens": sorted(scope.tokens) if restricted else None,
+        "max_classification": scope.ceiling if restricted and scope.filter_ceiling else None,
+        "doc_ids": doc_ids,
+        "limit": limit,
+    }
