@@ -1,13 +1,15 @@
-"""Shared fixtures: real SQLite stores on temp dirs, records built in code."""
+"""Shared fixtures: real stores (SQLite files, a PostgreSQL server), records built in code."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from embedded_pg import skip_module_unless_available
 from govrag.embed.hashing import HashEmbedder
 from govrag.harvest.ingest import Ingestor
 from govrag.harvest.records import DocumentRecord, GroupRecord, IdentityRecord, Record
@@ -15,6 +17,10 @@ from govrag.settings import SearchSettings
 from govrag.store.protocol import KnowledgeStore
 from govrag.store.sqlite import SQLiteStore
 from govrag.types import Classification, Principal
+
+if TYPE_CHECKING:
+    from embedded_pg import PgServer
+    from govrag.store.postgres import PostgresStore
 
 
 def make_store(root: Path, **search: Any) -> SQLiteStore:
@@ -28,27 +34,83 @@ def make_store(root: Path, **search: Any) -> SQLiteStore:
 
 #: Backends the conformance tests run against. Each entry opens a store on named storage:
 #: the same name twice gives two independent handles (as two processes would have) on the
-#: same data. PostgreSQL joins this table with its backend.
+#: same data.
 StoreFactory = Callable[..., KnowledgeStore]
-BACKENDS = ["sqlite"]
+BACKENDS = ["sqlite", "postgres"]
+#: The application role PostgreSQL stores connect as: it owns nothing, so the forced
+#: row-level security policies always apply to it.
+PG_APP_ROLE = "govrag_app"
+_TEMPLATE_DB = "govrag_template"
+_db_numbers = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def pg_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
+    """One PostgreSQL server for the session, with a migrated template database."""
+    skip_module_unless_available()
+    from embedded_pg import running_server
+
+    with running_server(tmp_path_factory.mktemp("pg")) as pg:
+        with pg.connect(autocommit=True) as admin:
+            admin.execute(f"CREATE ROLE {PG_APP_ROLE} LOGIN")
+        dsn = pg.create_database(_TEMPLATE_DB)
+        make_pg_store(pg, dsn, None).close()  # migrated, vector index made, then copied
+        yield pg
+
+
+def make_pg_store(
+    pg: PgServer, admin_dsn: str, index_dir: Path | None, **search: Any
+) -> PostgresStore:
+    from psycopg.conninfo import make_conninfo
+
+    from govrag.store.postgres import PostgresStore
+
+    return PostgresStore(
+        make_conninfo(admin_dsn, user=PG_APP_ROLE),
+        admin_url=admin_dsn,
+        index_dir=index_dir,
+        embedder=HashEmbedder(dim=64),
+        search=SearchSettings(**search),
+    )
+
+
+def new_pg_database(pg: PgServer) -> str:
+    """A fresh, migrated database (a copy of the template); returns its superuser DSN."""
+    name = f"g{next(_db_numbers)}"
+    with pg.connect(autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE {_TEMPLATE_DB}')
+    return pg.dsn_for(name)
+
+
+def drop_pg_database(pg: PgServer, dsn: str) -> None:
+    with pg.connect(autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{dsn.rsplit("/", 1)[1]}" WITH (FORCE)')
 
 
 @pytest.fixture(params=BACKENDS)
 def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
     """``open_store(name="main", **search_settings)``: a store of the parametrized backend."""
     opened: list[KnowledgeStore] = []
+    databases: dict[str, str] = {}
+    pg = request.getfixturevalue("pg_cluster") if request.param == "postgres" else None
 
     def factory(name: str = "main", **search: Any) -> KnowledgeStore:
-        if request.param == "sqlite":
-            s: KnowledgeStore = make_store(tmp_path / name, **search)
-        else:  # pragma: no cover - a backend listed without a factory
-            raise NotImplementedError(request.param)
+        s: KnowledgeStore
+        if pg is None:
+            s = make_store(tmp_path / name, **search)
+        else:
+            if name not in databases:
+                databases[name] = new_pg_database(pg)
+            s = make_pg_store(pg, databases[name], tmp_path / name / "index", **search)
         opened.append(s)
         return s
 
     yield factory
     for s in opened:
         s.close()
+    if pg is not None and pg.running:
+        for dsn in databases.values():
+            drop_pg_database(pg, dsn)
 
 
 @pytest.fixture

@@ -32,9 +32,15 @@ class _Section(BaseModel):
 
 
 class StoreSettings(_Section):
-    #: ``sqlite:///relative/or/absolute.db`` (relative to the deployment directory) or
-    #: ``sqlite://:memory:``. PostgreSQL URLs arrive with the postgres backend.
+    #: ``sqlite:///relative/or/absolute.db`` (relative to the deployment directory),
+    #: ``sqlite://:memory:``, or ``postgresql://user@host:port/db`` (extra ``postgres``).
     url: str = "sqlite:///govrag.db"
+    #: PostgreSQL only: a URL of the schema owner, used to migrate and create vector indexes
+    #: when ``url`` names an application role that owns nothing (recommended: row-level
+    #: security is then never bypassed). Default: ``url`` itself.
+    admin_url: str | None = None
+    #: PostgreSQL only: connections this process keeps open at most.
+    pool_size: int = Field(default=4, ge=1, le=256)
     #: Where derived search indexes live; relative to the deployment directory.
     index_dir: str = "index"
 
@@ -54,6 +60,14 @@ class SearchSettings(_Section):
     default_top_k: int = Field(default=10, ge=1, le=1000)
     #: Report whether a relevant candidate was removed by access rules (content-free).
     hidden_marker: bool = True
+    #: PostgreSQL: when the caller may read at most this many vectors, the vector leg scores
+    #: them all (exact) instead of walking the HNSW graph (see bench/RESULTS.md).
+    exact_vector_threshold: int = Field(default=20_000, ge=0, le=10_000_000)
+    #: PostgreSQL: HNSW candidate list size (``hnsw.ef_search``), raised to the leg's depth.
+    hnsw_ef_search: int = Field(default=100, ge=1, le=1000)
+    #: PostgreSQL: most index tuples a filtered HNSW scan visits (``hnsw.max_scan_tuples``);
+    #: a scan stopped by it marks the result ``truncated``.
+    hnsw_max_scan_tuples: int = Field(default=50_000, ge=1000, le=100_000_000)
 
 
 class IngestSettings(_Section):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,7 +12,6 @@ from govrag.errors import InputError, StoreError
 from govrag.harvest.ingest import ingest_jsonl, parse_record
 from govrag.settings import IngestSettings
 from govrag.store.protocol import KnowledgeStore
-from govrag.store.sqlite import SQLiteStore
 from govrag.types import SearchRequest, Strategy
 
 from conftest import doc, group, ident, load, principal
@@ -105,8 +105,7 @@ def test_reingest_is_idempotent(store: KnowledgeStore, tmp_path: Path) -> None:
     assert counts(store) == before and store.acl_epoch("t1") == epoch
 
 
-def test_rights_change_keeps_chunks_and_bumps_epoch(sqlite_store: SQLiteStore) -> None:
-    store = sqlite_store
+def test_rights_change_keeps_chunks_and_bumps_epoch(store: Any) -> None:
     load(store, [ident("ana@x.example", "A"), doc("d", "alpha beta", ["A"])])
     chunk_ids = store._q("t1", "SELECT chunk_id FROM chunks")
     epoch = store.acl_epoch("t1")
@@ -153,9 +152,8 @@ def test_long_text_gets_sections_and_leaves(store: KnowledgeStore) -> None:
 
 
 def test_a_failing_write_leaves_no_partial_document(
-    sqlite_store: KnowledgeStore, monkeypatch: pytest.MonkeyPatch
+    store: KnowledgeStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = sqlite_store
     load(store, [ident("ana@x.example", "A")])
     original = store._write_chunks
 

@@ -20,12 +20,23 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from embedded_pg import PgServer
 from govrag.embed.hashing import HashEmbedder
 from govrag.harvest.records import Record
 from govrag.store.analyzer import default_analyzer
+from govrag.store.protocol import KnowledgeStore
 from govrag.types import Classification, Principal, SearchRequest, Strategy
 
-from conftest import doc, group, ident, load, make_store
+from conftest import (
+    doc,
+    drop_pg_database,
+    group,
+    ident,
+    load,
+    make_pg_store,
+    make_store,
+    new_pg_database,
+)
 
 VOCAB = ["wire", "limit", "risk", "credit", "model", "policy", "console", "audit", "loan", "fraud"]
 SYSTEMS = ["s1", "s2"]
@@ -200,61 +211,90 @@ def to_records(world: World, tenant: str) -> list[Record]:
 queries = st.lists(st.sampled_from(VOCAB), min_size=1, max_size=3).map(" ".join)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
+examples = given(
     world=worlds(),
     query=queries,
     ceiling=st.integers(min_value=0, max_value=3),
     k=st.integers(min_value=1, max_value=6),
     corpora=st.none() | st.lists(st.sampled_from(CORPORA), min_size=1, unique=True),
 )
-def test_store_matches_reference_model(
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@examples
+def test_sqlite_matches_reference_model(
     world: World, query: str, ceiling: int, k: int, corpora: list[str] | None
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         store = make_store(Path(tmp))
         try:
-            for tenant in TENANTS:
-                records = to_records(world, tenant)
-                if records:
-                    load(store, records, tenant)
-            for tenant in TENANTS:
-                known = [c for c, _ in store.list_corpora(tenant)]
-                scope = [c for c in (corpora or known) if c in known]
-                if corpora and len(scope) != len(corpora):
-                    continue  # unknown corpus: a clear error, covered elsewhere
-                lexical = bm25(world, tenant, query) if known else {}
-                dense = cosine(world, tenant, query)
-                for email in EMAILS:
-                    caller = Principal(
-                        sub="u", email=email, tenant=tenant, clearance=Classification(ceiling)
-                    )
-                    can = {
-                        d.ext
-                        for d in world.docs
-                        if readable(world, d, tenant, email, ceiling, scope)
-                    }
-                    for strategy in Strategy:
-                        request = SearchRequest(
-                            query=query,
-                            strategy=strategy,
-                            top_k=k,
-                            corpora=tuple(corpora) if corpora else None,
-                        )
-                        result = store.search(caller, request)
-                        got = [(h.doc_id, h.score) for h in result.results]
-                        assert {e for e, _ in got} <= can, "a result the caller may not read"
-                        if strategy is Strategy.KEYWORD:
-                            check_topk(got, {e: s for e, s in lexical.items() if e in can}, k)
-                            marker_ref = lexical
-                        elif strategy is Strategy.SEMANTIC:
-                            check_topk(got, {e: s for e, s in dense.items() if e in can}, k)
-                            marker_ref = dense
-                        else:
-                            marker_ref = {}
-                        check_marker(world, tenant, scope, can, result, marker_ref, k, email)
+            check_store(store, world, query, ceiling, k, corpora)
         finally:
             store.close()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@examples
+def test_postgres_matches_reference_model(
+    pg_cluster: PgServer,
+    world: World,
+    query: str,
+    ceiling: int,
+    k: int,
+    corpora: list[str] | None,
+) -> None:
+    dsn = new_pg_database(pg_cluster)
+    store = make_pg_store(pg_cluster, dsn, None)
+    try:
+        check_store(store, world, query, ceiling, k, corpora)
+    finally:
+        store.close()
+        drop_pg_database(pg_cluster, dsn)
+
+
+def check_store(
+    store: KnowledgeStore,
+    world: World,
+    query: str,
+    ceiling: int,
+    k: int,
+    corpora: list[str] | None,
+) -> None:
+    for tenant in TENANTS:
+        records = to_records(world, tenant)
+        if records:
+            load(store, records, tenant)
+    for tenant in TENANTS:
+        known = [c for c, _ in store.list_corpora(tenant)]
+        scope = [c for c in (corpora or known) if c in known]
+        if corpora and len(scope) != len(corpora):
+            continue  # unknown corpus: a clear error, covered elsewhere
+        lexical = bm25(world, tenant, query) if known else {}
+        dense = cosine(world, tenant, query)
+        for email in EMAILS:
+            caller = Principal(
+                sub="u", email=email, tenant=tenant, clearance=Classification(ceiling)
+            )
+            can = {d.ext for d in world.docs if readable(world, d, tenant, email, ceiling, scope)}
+            for strategy in Strategy:
+                request = SearchRequest(
+                    query=query,
+                    strategy=strategy,
+                    top_k=k,
+                    corpora=tuple(corpora) if corpora else None,
+                )
+                result = store.search(caller, request)
+                got = [(h.doc_id, h.score) for h in result.results]
+                assert {e for e, _ in got} <= can, "a result the caller may not read"
+                if strategy is Strategy.KEYWORD:
+                    check_topk(got, {e: s for e, s in lexical.items() if e in can}, k)
+                    marker_ref = lexical
+                elif strategy is Strategy.SEMANTIC:
+                    check_topk(got, {e: s for e, s in dense.items() if e in can}, k)
+                    marker_ref = dense
+                else:
+                    marker_ref = {}
+                check_marker(world, tenant, scope, can, result, marker_ref, k, email)
 
 
 def check_marker(

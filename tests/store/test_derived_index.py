@@ -7,11 +7,11 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from govrag.store.protocol import KnowledgeStore
-from govrag.store.sqlite import SQLiteStore
 from govrag.types import SearchRequest, Strategy
 
 from conftest import StoreFactory, doc, ident, load, make_store, principal
@@ -58,8 +58,7 @@ def test_crash_between_commit_and_index_write_is_repaired_on_open(tmp_path: Path
     reopened.close()
 
 
-def test_verify_finds_drift_and_rebuild_repairs_it(sqlite_store: SQLiteStore) -> None:
-    store = sqlite_store
+def test_verify_finds_drift_and_rebuild_repairs_it(store: Any) -> None:
     load(store, [ident("ana@x.example", "A"), doc("a", "alpha", ["A"]), doc("b", "beta", ["A"])])
     store.sync_indexes("t1")
     lexical, _ = store._lexical_index("t1")

@@ -36,17 +36,27 @@ def base(server: PgServer, request: pytest.FixtureRequest) -> Iterator[PgBase]:
     store.close()
 
 
+def _add_tenant(base: PgBase, tenant: str, as_tenant: str | None = None) -> None:
+    with base._tx(as_tenant or tenant) as conn:
+        conn.execute("INSERT INTO tenants(tenant_id, created_at) VALUES (?, 'now')", (tenant,))
+
+
 def test_statements_see_only_their_tenant(base: PgBase) -> None:
     for tenant in ("t1", "t2"):
-        base._q(tenant, "INSERT INTO tenants VALUES (%s, 0, 'now')", (tenant,))
+        _add_tenant(base, tenant)
     assert base._q("t1", "SELECT tenant_id FROM tenants") == [("t1",)]
     assert base._q("t2", "SELECT tenant_id FROM tenants") == [("t2",)]
     with pytest.raises(StoreError, match="row-level security"):
-        base._q("t1", "INSERT INTO tenants VALUES ('t2x', 0, 'now')")
+        _add_tenant(base, "t2x", as_tenant="t1")
+
+
+def test_reads_are_read_only(base: PgBase) -> None:
+    with pytest.raises(StoreError, match="read-only transaction"):
+        base._q("t1", "INSERT INTO tenants(tenant_id, created_at) VALUES ('t1', 'now')")
 
 
 def test_the_setting_does_not_outlive_the_transaction(base: PgBase) -> None:
-    base._q("t1", "INSERT INTO tenants VALUES ('t1', 0, 'now')")
+    _add_tenant(base, "t1")
     with base._pool.connection() as conn:  # the same pooled connection, outside _tx
         assert conn.execute("SELECT COUNT(*) FROM tenants").fetchone() == (0,)
 
@@ -61,7 +71,7 @@ def test_unreachable_server_is_one_clear_error() -> None:
 
 
 def test_recovers_after_a_server_restart(server: PgServer, base: PgBase) -> None:
-    base._q("t1", "INSERT INTO tenants VALUES ('t1', 0, 'now')")
+    _add_tenant(base, "t1")
     server.stop("immediate")
     try:
         with pytest.raises(StoreError, match=r"unreachable|failed"):

@@ -43,9 +43,9 @@ def db(server: PgServer) -> str:
         assert migrate(owner, app_role="govrag_app") == len(MIGRATIONS)
         assert migrate(owner, app_role="govrag_app") == len(MIGRATIONS)  # idempotent
         owner.execute(f"SET {TENANT_SETTING} = 't1'")
-        owner.execute("INSERT INTO tenants VALUES ('t1', 0, 'now')")
+        owner.execute("INSERT INTO tenants(tenant_id, created_at) VALUES ('t1', 'now')")
         owner.execute(f"SET {TENANT_SETTING} = 't2'")
-        owner.execute("INSERT INTO tenants VALUES ('t2', 0, 'now')")
+        owner.execute("INSERT INTO tenants(tenant_id, created_at) VALUES ('t2', 'now')")
     return dsn
 
 
@@ -62,7 +62,7 @@ def test_migrations_recorded_and_every_table_forces_rls(db: str) -> None:
             "FROM pg_class WHERE relkind = 'r' AND relnamespace = 'public'::regnamespace"
         ).fetchall()
     tables = {r[0]: r[1:] for r in rows}
-    assert set(TENANT_TABLES) | {"schema_migrations"} == set(tables)
+    assert set(TENANT_TABLES) | {"schema_migrations", "tenant_directory"} == set(tables)
     for table in TENANT_TABLES:
         assert tables[table] == (True, True, "govrag_owner"), table
         with psycopg.connect(db) as conn:

@@ -32,8 +32,19 @@ def open_store(settings: Settings, embedder: Embedder | None = None) -> Knowledg
             embedder=embedder,
             search=settings.search,
         )
+    if url.startswith(("postgresql://", "postgres://")):
+        from govrag.store.postgres import PostgresStore  # the optional 'postgres' extra
+
+        return PostgresStore(
+            url,
+            admin_url=settings.store.admin_url,
+            pool_size=settings.store.pool_size,
+            index_dir=settings.resolve_path(settings.store.index_dir),
+            embedder=embedder,
+            search=settings.search,
+        )
     scheme = url.split(":", 1)[0]
     raise ConfigError(
-        f"store url {url!r}: unsupported scheme {scheme!r}; use sqlite:///govrag.db "
-        "(PostgreSQL support arrives with the 'postgres' extra)"
+        f"store url {url!r}: unsupported scheme {scheme!r}; use sqlite:///govrag.db or "
+        "postgresql://user@host:5432/dbname (with the 'postgres' extra)"
     )

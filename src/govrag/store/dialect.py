@@ -48,6 +48,8 @@ class Dialect:
     plus: str
     #: The boolean literal true.
     true: str
+    #: Index hint for probing group memberships by member (SQLite's ``INDEXED BY``).
+    by_member: str
 
     def sql(self, template: str) -> str:
         """``template`` with this dialect's slots filled in."""
@@ -63,6 +65,7 @@ def _render(dialect: Dialect, template: str) -> str:
         pin=dialect.pin,
         plus=dialect.plus,
         true=dialect.true,
+        by_member=dialect.by_member,
     )
 
 
@@ -78,6 +81,9 @@ SQLITE = Dialect(
     pin="CROSS JOIN",
     plus="+",
     true="1",
+    # With some statistics SQLite's planner scans every membership row of the tenant per
+    # recursive step instead (18 ms instead of 0.3 ms at 100 reachable groups).
+    by_member="INDEXED BY group_members_by_member",
 )
 
 POSTGRES = Dialect(
@@ -90,6 +96,7 @@ POSTGRES = Dialect(
     pin="JOIN",
     plus="",
     true="TRUE",
+    by_member="",
 )
 
 

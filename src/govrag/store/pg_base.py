@@ -16,14 +16,21 @@ from contextlib import contextmanager
 from typing import Any
 
 from govrag.errors import MissingExtraError, StoreError
-from govrag.store.pg_schema import TENANT_SETTING, migrate
+from govrag.store.dialect import POSTGRES, Conn, Cursor, to_pyformat
+from govrag.store.pg_schema import TENANT_SETTING, ensure_vector_index, migrate
+from govrag.store.schema import now_iso
+from govrag.store.sql_base import SQLBase, log
 
 try:
+    import numpy as np
     import psycopg
     import psycopg_pool
+    from pgvector.psycopg import register_vector
     from psycopg.conninfo import conninfo_to_dict
 except ImportError as exc:  # pragma: no cover - exercised by the missing-extra test
-    raise MissingExtraError("psycopg", "postgres", "The PostgreSQL store") from exc
+    raise MissingExtraError(
+        getattr(exc, "name", None) or "psycopg", "postgres", "The PostgreSQL store"
+    ) from exc
 
 #: How long to wait for a connection before reporting the server unreachable.
 CONNECT_TIMEOUT_S = 5
@@ -40,8 +47,33 @@ def describe_server(url: str) -> str:
     return f"{parts.get('user', '')}@{host}:{port}/{parts.get('dbname', '')}".lstrip("@")
 
 
-class PgBase:
+def _user_of(url: str) -> str | None:
+    try:
+        user = conninfo_to_dict(url).get("user")
+    except psycopg.ProgrammingError:
+        return None
+    return str(user) if user else None
+
+
+class PgConn:
+    """A psycopg connection taking the shared statements' ``?`` placeholders."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.raw = conn
+
+    def execute(self, sql: str, params: Sequence[Any] = (), /) -> Cursor:
+        return self.raw.execute(to_pyformat(sql), params)
+
+    def executemany(self, sql: str, seq: Sequence[Sequence[Any]], /) -> None:
+        if seq:
+            with self.raw.cursor() as cur:
+                cur.executemany(to_pyformat(sql), seq)
+
+
+class PgBase(SQLBase):
     """A connection pool on one PostgreSQL database, migrated on open."""
+
+    dialect = POSTGRES
 
     def __init__(
         self,
@@ -50,22 +82,30 @@ class PgBase:
         admin_url: str | None = None,
         app_role: str | None = None,
         pool_size: int = 4,
+        vector_dims: Sequence[int] = (),
     ) -> None:
         self.url = url
+        self.admin_url = admin_url or url
         self.where = describe_server(url)
-        migrate_url = admin_url or url
+        if app_role is None and admin_url and admin_url != url:
+            # The application connects as a role that owns nothing: grant it what it needs.
+            app_role = _user_of(url)
         try:
             with psycopg.connect(
-                migrate_url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
+                self.admin_url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
             ) as conn:
                 migrate(conn, app_role=app_role)
+                for dim in vector_dims:
+                    if ensure_vector_index(conn, dim):
+                        log.info("created the HNSW index for %d-dimensional vectors", dim)
         except psycopg.OperationalError as exc:
-            raise self._unreachable(exc, describe_server(migrate_url)) from exc
+            raise self._unreachable(exc, describe_server(self.admin_url)) from exc
         self._pool = psycopg_pool.ConnectionPool(
             url,
             min_size=1,
             max_size=pool_size,
             kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S},
+            configure=register_vector,
             # Verified on checkout: after a server restart a dead pooled connection is
             # replaced instead of failing the caller's first statement.
             check=psycopg_pool.ConnectionPool.check_connection,
@@ -87,12 +127,18 @@ class PgBase:
         )
 
     @contextmanager
-    def _tx(self, tenant: str) -> Iterator[psycopg.Connection[Any]]:
-        """One transaction scoped to ``tenant`` (row-level security sees only its rows)."""
+    def _tx(self, tenant: str, *, read: bool = False) -> Iterator[Conn]:
+        """One transaction scoped to ``tenant`` (row-level security sees only its rows).
+
+        A read transaction is one snapshot (repeatable read), so the statements of an outbox
+        apply or a search agree with each other.
+        """
         try:
             with self._pool.connection() as conn, conn.transaction():
+                if read:
+                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 conn.execute("SELECT set_config(%s, %s, true)", (TENANT_SETTING, tenant))
-                yield conn
+                yield PgConn(conn)
         except psycopg_pool.PoolTimeout as exc:
             raise self._unreachable(exc, self.where) from exc
         except psycopg.OperationalError as exc:
@@ -100,10 +146,28 @@ class PgBase:
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL statement failed: {str(exc).strip()}") from exc
 
-    def _q(
-        self, tenant: str, sql: str, params: Sequence[object] | dict[str, object] = ()
-    ) -> list[tuple[Any, ...]]:
-        """Run one tenant-scoped statement and fetch its rows (none for DML)."""
-        with self._tx(tenant) as conn:
-            cur = conn.execute(sql, params)
-            return cur.fetchall() if cur.description else []
+    # -- pieces of write transactions that differ from SQLite --------------------------------
+    def _ensure_tenant(self, conn: Conn, tenant: str) -> None:
+        conn.execute(
+            "INSERT INTO tenant_directory(tenant_id) VALUES (?) ON CONFLICT DO NOTHING", (tenant,)
+        )
+        super()._ensure_tenant(conn, tenant)
+
+    def _append_outbox(self, conn: Conn, tenant: str, doc_id: int) -> None:
+        # Numbered from the tenant row, under its lock until commit: entries become visible
+        # in sequence order, so a reader that applied up to N cannot miss a later-committed N-1.
+        conn.execute(
+            "WITH s AS (UPDATE tenants SET outbox_seq = outbox_seq + 1 WHERE tenant_id = ? "
+            "RETURNING outbox_seq) "
+            "INSERT INTO index_outbox(tenant_id, seq, doc_id, created_at) "
+            "SELECT ?, outbox_seq, ?, ? FROM s",
+            (tenant, tenant, doc_id, now_iso()),
+        )
+
+    def _vector_param(self, vector: Any) -> object:
+        return np.ascontiguousarray(vector, dtype=np.float32)
+
+    def tenants(self) -> list[str]:
+        return [
+            r[0] for r in self._q("", "SELECT tenant_id FROM tenant_directory ORDER BY tenant_id")
+        ]

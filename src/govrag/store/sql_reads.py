@@ -24,6 +24,26 @@ from govrag.store.sql_base import json_list, log
 from govrag.store.sql_derived import SQLDerived
 from govrag.types import MetadataFilter, Principal, SearchRequest, SearchResult, Strategy
 
+# Email -> source accounts -> transitive groups, in one statement. Groups nest within one
+# source system: a member id is an account or a group id of the group's own system.
+_RESOLVE = """
+WITH RECURSIVE reach(source_system, principal_id) AS (
+    SELECT source_system, account_id FROM identities WHERE tenant_id = ? AND email = ?
+    UNION
+    SELECT m.source_system, m.group_id FROM reach r
+    JOIN group_members m {by_member}
+    ON m.tenant_id = ? AND m.source_system = r.source_system AND m.member_id = r.principal_id
+)
+SELECT source_system, principal_id FROM reach
+"""
+
+#: The caller's ACL predicate on a document ``d``: some ACL row names one of the caller's
+#: principals (bound as pairs). The principal list is uncorrelated, so engines build it once.
+ACL_EXISTS = (
+    "EXISTS (SELECT 1 FROM doc_acl a WHERE a.tenant_id = d.tenant_id AND a.doc_id = d.doc_id "
+    "AND (a.source_system, a.principal_id) IN (SELECT ss, pid FROM {pairs}))"
+)
+
 _STATS = (
     ("documents", "SELECT COUNT(*) FROM documents WHERE tenant_id = ?"),
     ("chunks", "SELECT COUNT(*) FROM chunks WHERE tenant_id = ? AND indexed = {true}"),
@@ -38,10 +58,6 @@ _STATS = (
 
 class SQLReads(SQLDerived):
     """Catalogue, access resolution and search primitives over the truth store."""
-
-    #: Email -> source accounts -> transitive groups as ``(source_system, principal_id)``
-    #: rows, in one statement; parameters: tenant, email, tenant.
-    _resolve_sql: str
 
     def acl_epoch(self, tenant: str) -> int:
         rows = self._q(tenant, "SELECT acl_epoch FROM tenants WHERE tenant_id = ?", (tenant,))
@@ -111,7 +127,9 @@ class SQLReads(SQLDerived):
         """
         tenant = principal.tenant
         with self._tx(tenant, read=True) as conn:
-            rows = conn.execute(self._resolve_sql, (tenant, principal.email, tenant)).fetchall()
+            rows = conn.execute(
+                self.dialect.sql(_RESOLVE), (tenant, principal.email, tenant)
+            ).fetchall()
             top = conn.execute(
                 "SELECT MAX(classification) FROM documents WHERE tenant_id = ?", (tenant,)
             ).fetchone()[0]
@@ -179,17 +197,14 @@ class SQLReads(SQLDerived):
                 "SELECT c.chunk_id FROM {ids} {pin} chunks c ON c.chunk_id = j.value "
                 "JOIN documents d ON d.tenant_id = c.tenant_id AND d.doc_id = c.doc_id "
                 "WHERE c.tenant_id = ? AND c.indexed = {true} AND d.classification <= ? "
-                "AND d.corpus_id IN (SELECT value FROM {texts}) "
-                "AND EXISTS (SELECT 1 FROM {pairs} {pin} doc_acl a "
-                "  ON a.tenant_id = d.tenant_id AND a.doc_id = d.doc_id "
-                "  AND a.source_system = t.ss AND a.principal_id = t.pid)"
+                "AND d.corpus_id IN (SELECT value FROM {texts}) AND " + ACL_EXISTS
             ),
             (
                 json_list(chunk_ids),
                 scope.tenant,
                 scope.ceiling,
                 json_list(scope.corpora),
-                json_list(sorted(token_pair(t) for t in scope.tokens)),
+                token_pairs(scope),
             ),
         )
         return {int(r[0]) for r in rows}
@@ -228,6 +243,11 @@ class SQLReads(SQLDerived):
         with self._lock:
             self.sync_indexes(principal.tenant, vectors=request.strategy != Strategy.KEYWORD)
             return run_search(self, principal, request)
+
+
+def token_pairs(scope: AccessScope) -> str:
+    """The caller's principals as the bound pairs :data:`ACL_EXISTS` takes."""
+    return json_list(sorted(token_pair(t) for t in scope.tokens))
 
 
 def leg_args(

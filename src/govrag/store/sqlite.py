@@ -16,27 +16,11 @@ from govrag.store.sql_writes import SQLWrites
 from govrag.store.sqlite_base import SQLiteBase
 from govrag.store.vectors import VectorIndex
 
-# Groups nest within one source system: a member id is an account or a group id of the
-# group's own system. INDEXED BY: each recursive step must probe by member; with some
-# statistics the planner instead scans every membership row of the tenant per step (18 ms
-# instead of 0.3 ms at 100 reachable groups).
-_RESOLVE_SQL = """
-WITH RECURSIVE reach(source_system, principal_id) AS (
-    SELECT source_system, account_id FROM identities WHERE tenant_id = ? AND email = ?
-    UNION
-    SELECT m.source_system, m.group_id FROM reach r
-    JOIN group_members m INDEXED BY group_members_by_member
-    ON m.tenant_id = ? AND m.source_system = r.source_system AND m.member_id = r.principal_id
-)
-SELECT source_system, principal_id FROM reach
-"""
-
 
 class SQLiteStore(SQLReads, SQLWrites, SQLiteBase):
     """Knowledge store on one SQLite file (or ``:memory:``)."""
 
     backend = "sqlite"
-    _resolve_sql = _RESOLVE_SQL
 
     def _after_open(self) -> None:
         # Repair on open: a crash between an SQL commit and the index write left outbox rows
