@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -174,3 +175,28 @@ def principal(
     return Principal(
         sub=sub or email.split("@")[0], email=email, tenant=tenant, clearance=clearance
     )
+
+
+def tiny_beir(root: Path) -> Path:
+    """A three-document BEIR dataset whose two queries each have one obvious answer."""
+    beir = root / "tiny"
+    (beir / "qrels").mkdir(parents=True)
+    texts = ["cats purr softly", "dogs bark loudly", "stock markets fell"]
+    (beir / "corpus.jsonl").write_text(
+        "\n".join(
+            json.dumps({"_id": f"d{i}", "title": "", "text": text}) for i, text in enumerate(texts)
+        )
+    )
+    (beir / "queries.jsonl").write_text(
+        json.dumps({"_id": "q1", "text": "barking dogs"}) + "\n"
+        + json.dumps({"_id": "q2", "text": "markets"}) + "\n"
+    )  # fmt: skip
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t1\n")
+    return beir
+
+
+def check_tiny_beir_figures(figures: dict[str, Any]) -> None:
+    assert {k: figures[k] for k in ("dataset", "strategy", "queries", "ndcg@10", "mrr@10")} == {
+        "dataset": "tiny", "strategy": "keyword", "queries": 2, "ndcg@10": 1.0, "mrr@10": 1.0,
+    }  # fmt: skip
+    assert {"recall@100", "p50_ms", "p95_ms"} <= set(figures)

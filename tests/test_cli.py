@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import check_tiny_beir_figures, tiny_beir
+
 SAMPLE = Path(__file__).resolve().parents[1] / "src" / "govrag" / "data" / "sample.jsonl"
 PRINCIPALS = {
     "principals": [
@@ -164,23 +166,18 @@ def test_init_refuses_to_overwrite(tmp_path: Path) -> None:
 
 
 def test_eval_on_a_tiny_beir_dataset(tmp_path: Path) -> None:
-    beir = tmp_path / "tiny"
-    (beir / "qrels").mkdir(parents=True)
-    (beir / "corpus.jsonl").write_text(
-        "\n".join(
-            json.dumps({"_id": f"d{i}", "title": "", "text": text})
-            for i, text in enumerate(["cats purr softly", "dogs bark loudly", "stock markets fell"])
-        )
-    )
-    (beir / "queries.jsonl").write_text(
-        json.dumps({"_id": "q1", "text": "barking dogs"}) + "\n"
-        + json.dumps({"_id": "q2", "text": "markets"}) + "\n"
-    )  # fmt: skip
-    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t1\n")
-    done = govrag("eval", str(beir), "--json", cwd=tmp_path)
+    done = govrag("eval", str(tiny_beir(tmp_path)), "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    figures = json.loads(done.stdout)
-    assert {k: figures[k] for k in ("dataset", "strategy", "queries", "ndcg@10", "mrr@10")} == {
-        "dataset": "tiny", "strategy": "keyword", "queries": 2, "ndcg@10": 1.0, "mrr@10": 1.0,
-    }  # fmt: skip
-    assert {"recall@100", "p50_ms", "p95_ms"} <= set(figures)
+    check_tiny_beir_figures(json.loads(done.stdout))
+
+
+def test_eval_into_a_deployment_needs_no_embedder_option(deployment: Path, tmp_path: Path) -> None:
+    beir = tiny_beir(tmp_path)
+    done = govrag("eval", str(beir), "-d", str(deployment), "--embedder", "hash", cwd=tmp_path)
+    assert done.returncode == 2 and "drop --embedder" in done.stderr
+    done = govrag("eval", str(beir), "-d", str(deployment), "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    check_tiny_beir_figures(json.loads(done.stdout))
+    # The throw-away tenant is gone; the deployment's own tenant is untouched.
+    done = govrag("index", "verify", "--json", "-d", str(deployment), cwd=tmp_path)
+    assert [t["tenant"] for t in json.loads(done.stdout)["tenants"]] == ["bank"]

@@ -215,13 +215,30 @@ def eval_(
         typer.Option(help="Embedder for semantic/hybrid: minilm (default when installed) or hash."),
     ] = None,
     top_k: Annotated[int, typer.Option(help="Depth of each ranking.")] = 100,
+    deployment: Annotated[
+        Path | None,
+        typer.Option(
+            "--deployment",
+            "-d",
+            help="Load into this deployment's store and embedder (any backend; a throw-away "
+            "tenant, dropped afterwards) instead of a temporary SQLite file.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Measure retrieval quality on a BEIR dataset (loaded into a temporary store)."""
     from govrag.embed import semantic_available
     from govrag.eval.runner import run_beir_eval
 
-    if embedder is None:
+    if deployment is not None:
+        if embedder is not None:
+            _fail(
+                InputError(
+                    "--embedder and --deployment exclude each other: the deployment's "
+                    "[embedder] is used; drop --embedder"
+                )
+            )
+    elif embedder is None:
         embedder = "minilm" if semantic_available() else "hash"
         if strategy is not Strategy.KEYWORD and embedder == "hash":
             err.print(
@@ -229,14 +246,21 @@ def eval_(
             )
 
     def run() -> dict[str, Any]:
-        return run_beir_eval(
-            beir_dir,
-            strategy=strategy,
-            split=split,
-            embedder=embedder,
-            top_k=top_k,
-            progress=lambda msg: err.print(msg, highlight=False),
-        )
+        dep = _deployment(deployment) if deployment is not None else None
+        try:
+            return run_beir_eval(
+                beir_dir,
+                strategy=strategy,
+                split=split,
+                embedder=embedder or "hash",
+                top_k=top_k,
+                progress=lambda msg: err.print(msg, highlight=False),
+                store=dep.store if dep is not None else None,
+                search=dep.settings.search if dep is not None else None,
+            )
+        finally:
+            if dep is not None:
+                dep.close()
 
     figures = _guard(run)
     if as_json:

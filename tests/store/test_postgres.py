@@ -29,6 +29,7 @@ from govrag.types import SearchRequest, Strategy  # noqa: E402
 
 from conftest import (  # noqa: E402
     PG_APP_ROLE,
+    check_tiny_beir_figures,
     doc,
     drop_pg_database,
     group,
@@ -37,6 +38,7 @@ from conftest import (  # noqa: E402
     make_pg_store,
     new_pg_database,
     principal,
+    tiny_beir,
 )
 
 
@@ -195,6 +197,16 @@ def test_a_revocation_by_another_process_is_honoured_by_the_next_search(
     done = govrag(dep, "search", "wire", "--as", "ana", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["results"] == []
+
+
+def test_eval_runs_unchanged_on_postgres(pg_cluster: PgServer, db: str, tmp_path: Path) -> None:
+    dep = write_deployment(tmp_path, db)
+    done = govrag(dep, "eval", str(tiny_beir(tmp_path)), "--json")
+    assert done.returncode == 0, done.stderr
+    check_tiny_beir_figures(json.loads(done.stdout))
+    store = make_pg_store(pg_cluster, db, None)
+    assert store.tenants() == []  # the throw-away tenant was dropped
+    store.close()
 
 
 def test_an_unreachable_server_is_one_clear_cli_error(tmp_path: Path) -> None:

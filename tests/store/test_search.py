@@ -295,3 +295,22 @@ def test_scope_predicates_run_inside_the_engine(store: KnowledgeStore, strategy:
               clearance="internal")  # fmt: skip
     assert sorted(got) == [f"w{i}" for i in range(5)]
     assert store.incidents("t1") == []
+
+
+def test_drop_tenant_removes_everything_of_it_and_nothing_else(open_store: StoreFactory) -> None:
+    a = open_store()
+    for tenant in ("t1", "t2"):
+        load(a, [ident("ana@x.example", "A"), doc("d", "quarterly numbers", ["A"])], tenant)
+    other = open_store()  # another process's handle, with its own derived index
+    assert ids(other, "ana@x.example", "quarterly") == ["d"]
+    assert a.drop_tenant("t1") == 1
+    assert a.tenants() == ["t2"]
+    assert set(a.stats("t1").values()) == {0}
+    for store in (a, other):
+        for strategy in STRATEGIES:
+            assert ids(store, "ana@x.example", "quarterly", strategy) == []
+        hits = store.search(principal("ana@x.example", tenant="t2"), SearchRequest(query="numbers"))
+        assert [h.doc_id for h in hits.results] == ["d"]
+    # The tenant can be loaded again from scratch.
+    load(a, [ident("ana@x.example", "A"), doc("e", "quarterly forecast", ["A"])])
+    assert ids(other, "ana@x.example", "quarterly") == ["e"]

@@ -1,16 +1,19 @@
-"""``govrag eval``: load a BEIR dataset into a temporary store and measure retrieval quality.
+"""``govrag eval``: load a BEIR dataset into a store and measure retrieval quality.
 
 Documents are ingested as public, readable by everyone in a throw-away tenant, and every query
 runs through the same governed search path a real caller uses (ACL pre-filter included), so the
-figures measure the production code, not a side path.
+figures measure the production code, not a side path. The store is a temporary SQLite file, or
+a deployment's own store (any backend), where the throw-away tenant is dropped afterwards.
 """
 
 from __future__ import annotations
 
 import re
+import secrets
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,7 @@ from govrag.eval.metrics import evaluate, percentile
 from govrag.harvest.ingest import Ingestor
 from govrag.harvest.records import DocumentRecord, IdentityRecord
 from govrag.settings import IngestSettings, SearchSettings
+from govrag.store.protocol import KnowledgeStore
 from govrag.store.sqlite import SQLiteStore
 from govrag.types import Classification, Principal, SearchRequest, Strategy
 
@@ -39,6 +43,7 @@ def run_beir_eval(
     search: SearchSettings | None = None,
     ingest: IngestSettings | None = None,
     progress: Callable[[str], None] | None = None,
+    store: KnowledgeStore | None = None,
 ) -> dict[str, Any]:
     """Run every query of ``split``; returns the figures ``govrag eval --json`` prints."""
     return run_beir_evals(
@@ -50,6 +55,7 @@ def run_beir_eval(
         search=search,
         ingest=ingest,
         progress=progress,
+        store=store,
     )[0]
 
 
@@ -63,60 +69,87 @@ def run_beir_evals(
     search: SearchSettings | None = None,
     ingest: IngestSettings | None = None,
     progress: Callable[[str], None] | None = None,
+    store: KnowledgeStore | None = None,
 ) -> list[dict[str, Any]]:
-    """Like :func:`run_beir_eval` for several strategies over one store (embedded once)."""
+    """Like :func:`run_beir_eval` for several strategies over one store (embedded once).
+
+    ``store``: load into this store (in a fresh tenant, dropped afterwards) with its embedder,
+    instead of a temporary SQLite file.
+    """
     say = progress or (lambda _msg: None)
     data = load_beir(beir_dir, split)
     corpus_id = re.sub(r"[^A-Za-z0-9_.:\-]", "-", data.name).strip("-") or "beir"
     dense = any(s is not Strategy.KEYWORD for s in strategies)
-    emb = get_embedder(embedder) if dense else None
     out: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="govrag-eval-") as tmp:
-        store = SQLiteStore(
-            Path(tmp) / "eval.db", index_dir=Path(tmp) / "index", embedder=emb, search=search
+    with _eval_store(store, embedder if dense else None, search) as (store, tenant):
+        emb = store.embedder if dense else None
+        say(f"loading {len(data.corpus)} documents from {data.name} ...")
+        started = time.perf_counter()
+        ingestor = Ingestor(
+            store, tenant, settings=ingest, embedder=emb, embed_progress=_every(say, 1000)
         )
-        try:
-            say(f"loading {len(data.corpus)} documents from {data.name} ...")
-            started = time.perf_counter()
-            ingestor = Ingestor(
-                store, TENANT, settings=ingest, embedder=emb, embed_progress=_every(say, 1000)
-            )
+        ingestor.add(
+            "eval",
+            IdentityRecord(
+                type="identity", email=EVAL_EMAIL, source_system=SOURCE, account_id="eval"
+            ),
+        )
+        for doc in data.corpus.values():
             ingestor.add(
-                "eval",
-                IdentityRecord(
-                    type="identity", email=EVAL_EMAIL, source_system=SOURCE, account_id="eval"
+                doc.doc_id,
+                DocumentRecord(
+                    type="document",
+                    source_system=SOURCE,
+                    external_id=doc.doc_id,
+                    corpus=corpus_id,
+                    title=doc.title,
+                    text=doc.text or doc.title or " ",
+                    acl=["*"],
+                    classification=Classification.PUBLIC,
                 ),
             )
-            for doc in data.corpus.values():
-                ingestor.add(
-                    doc.doc_id,
-                    DocumentRecord(
-                        type="document",
-                        source_system=SOURCE,
-                        external_id=doc.doc_id,
-                        corpus=corpus_id,
-                        title=doc.title,
-                        text=doc.text or doc.title or " ",
-                        acl=["*"],
-                        classification=Classification.PUBLIC,
-                    ),
-                )
-            ingestor.flush()
-            store.sync_indexes(TENANT)
-            elapsed = time.perf_counter() - started
-            say(f"indexed in {elapsed:.1f}s; running {len(data.queries)} queries")
-            for strategy in strategies:
-                out.append(_run_queries(store, data, strategy, top_k, emb))
-        finally:
-            store.close()
+        ingestor.flush()
+        store.sync_indexes(tenant)
+        elapsed = time.perf_counter() - started
+        say(f"indexed in {elapsed:.1f}s; running {len(data.queries)} queries")
+        for strategy in strategies:
+            out.append(_run_queries(store, tenant, data, strategy, top_k, emb))
     return out
 
 
+@contextmanager
+def _eval_store(
+    store: KnowledgeStore | None, embedder: str | None, search: SearchSettings | None
+) -> Iterator[tuple[KnowledgeStore, str]]:
+    """(store, throw-away tenant): the given store, or a temporary SQLite file."""
+    if store is not None:
+        tenant = f"{TENANT}-{secrets.token_hex(4)}"
+        try:
+            yield store, tenant
+        finally:
+            store.drop_tenant(tenant)
+        return
+    emb = get_embedder(embedder) if embedder else None
+    with tempfile.TemporaryDirectory(prefix="govrag-eval-") as tmp:
+        temp = SQLiteStore(
+            Path(tmp) / "eval.db", index_dir=Path(tmp) / "index", embedder=emb, search=search
+        )
+        try:
+            yield temp, TENANT
+        finally:
+            temp.close()
+
+
 def _run_queries(
-    store: SQLiteStore, data: BeirDataset, strategy: Strategy, top_k: int, emb: Embedder | None
+    store: KnowledgeStore,
+    tenant: str,
+    data: BeirDataset,
+    strategy: Strategy,
+    top_k: int,
+    emb: Embedder | None,
 ) -> dict[str, Any]:
     principal = Principal(
-        sub="eval", email=EVAL_EMAIL, tenant=TENANT, clearance=Classification.PUBLIC
+        sub="eval", email=EVAL_EMAIL, tenant=tenant, clearance=Classification.PUBLIC
     )
     run: dict[str, list[str]] = {}
     latencies: list[float] = []

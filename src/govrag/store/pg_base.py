@@ -167,6 +167,8 @@ class PgBase(SQLBase):
     def _vector_param(self, vector: Any) -> object:
         return np.ascontiguousarray(vector, dtype=np.float32)
 
+    _tenant_tables = (*SQLBase._tenant_tables, "tenant_directory")
+
     def tenants(self) -> list[str]:
         return [
             r[0] for r in self._q("", "SELECT tenant_id FROM tenant_directory ORDER BY tenant_id")

@@ -86,6 +86,17 @@ class SQLBase:
     def tenants(self) -> list[str]:
         raise NotImplementedError
 
+    def _forget_derived(self, tenant: str) -> None:
+        """Hook: drop this process's derived indexes of a tenant."""
+
+    #: Every table holding a tenant's rows, children before parents.
+    _tenant_tables: tuple[str, ...] = (
+        "relations", "chunk_entities", "entities", "access_counter", "incidents",
+        "index_outbox", "doc_meta", "doc_acl", "chunk_vectors", "chunks", "documents",
+        "vector_spaces", "group_members", "groups", "identities", "source_systems", "corpora",
+        "tenants",
+    )  # fmt: skip
+
 
 def json_list(values: Sequence[object]) -> str:
     """A list bound as one parameter (see ``dialect.py``)."""

@@ -46,6 +46,12 @@ class SQLDerived(SQLBase):
             self._lexical[tenant] = index
         return index, fresh
 
+    def _forget_derived(self, tenant: str) -> None:
+        with self._lock:
+            index, _ = self._lexical_index(tenant)
+            index.apply((), [], 0, reset=True)  # empty, at outbox position 0
+            self._after_rebuild(tenant)
+
     def _outbox_head(self, tenant: str) -> int:
         return int(self._q(tenant, _HEAD, (tenant,))[0][0])
 

@@ -259,3 +259,22 @@ class SQLWrites(SQLBase):
             self._append_outbox(conn, tenant, int(row[0]))
             self._bump_epoch(conn, tenant)
             return True
+
+    def drop_tenant(self, tenant: str) -> int:
+        """Delete every row of a tenant (one transaction) and this process's indexes of it.
+
+        Returns the number of documents removed. Another process's derived index may keep
+        entries of the dropped documents until it rebuilds (it does so by itself when its
+        index is ahead of the tenant's outbox, or on ``govrag index rebuild``); meanwhile the
+        truth-store re-check of every search keeps them out of its results.
+        """
+        with self._tx(tenant) as conn:
+            documents = int(
+                conn.execute(
+                    "SELECT COUNT(*) FROM documents WHERE tenant_id = ?", (tenant,)
+                ).fetchone()[0]
+            )
+            for table in self._tenant_tables:
+                conn.execute(f"DELETE FROM {table} WHERE tenant_id = ?", (tenant,))
+        self._forget_derived(tenant)
+        return documents
