@@ -109,6 +109,8 @@ default_tenant = "{tenant}"
 
 [store]
 url = "sqlite:///govrag.db"   # relative to this directory
+# url = "postgresql://govrag_app@db.internal:5432/govrag"   # with pip install 'govrag[postgres]'
+# admin_url = "postgresql://govrag_owner@db.internal:5432/govrag"   # see docs/scaling.md
 index_dir = "index"           # derived search indexes; rebuild with `govrag index rebuild`
 
 [embedder]
