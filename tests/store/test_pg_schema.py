@@ -116,3 +116,13 @@ def test_missing_pgvector_is_a_clear_error(server: PgServer, tmp_path: Path) -> 
 )
 def test_parse_version(text: str, expected: tuple[int, ...]) -> None:
     assert parse_version(text) == expected
+
+
+def test_old_pgvector_is_refused_with_the_upgrade_command(server: PgServer) -> None:
+    dsn = server.create_database("old_vector")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION vector")
+        # What an old installation reports (the catalog is all govrag reads).
+        conn.execute("UPDATE pg_extension SET extversion = '0.7.4' WHERE extname = 'vector'")
+        with pytest.raises(StoreError, match=r"pgvector 0\.7\.4 is too old.*ALTER EXTENSION"):
+            migrate(conn)
