@@ -11,6 +11,7 @@ Needs the ``postgres`` extra; importing this module without it raises
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -114,6 +115,7 @@ class PgBase(SQLBase):
             name="govrag",
         )
         self._pool.open(wait=False)
+        self._pinned = threading.local()
 
     def close(self) -> None:
         self._pool.close()
@@ -131,8 +133,13 @@ class PgBase(SQLBase):
         """One transaction scoped to ``tenant`` (row-level security sees only its rows).
 
         A read transaction is one snapshot (repeatable read), so the statements of an outbox
-        apply or a search agree with each other.
+        apply or a search agree with each other. Inside :meth:`_pin_reads`, reads of its
+        tenant join the pinned transaction.
         """
+        pinned = getattr(self._pinned, "conn", None)
+        if read and pinned is not None and self._pinned.tenant == tenant:
+            yield pinned
+            return
         try:
             with self._pool.connection() as conn, conn.transaction():
                 if read:
@@ -145,6 +152,21 @@ class PgBase(SQLBase):
             raise self._unreachable(exc, self.where) from exc
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL statement failed: {str(exc).strip()}") from exc
+
+    @contextmanager
+    def _pin_reads(self, tenant: str) -> Iterator[None]:
+        """Serve this thread's reads of ``tenant`` from one snapshot on one connection: a
+        search then costs one checkout and a round trip per statement, not a transaction
+        per statement, and all its statements see the same data."""
+        if getattr(self._pinned, "conn", None) is not None:
+            yield
+            return
+        with self._tx(tenant, read=True) as conn:
+            self._pinned.conn, self._pinned.tenant = conn, tenant
+            try:
+                yield
+            finally:
+                self._pinned.conn = None
 
     # -- pieces of write transactions that differ from SQLite --------------------------------
     def _ensure_tenant(self, conn: Conn, tenant: str) -> None:

@@ -140,6 +140,8 @@ class PostgresStore(SQLReads, SQLWrites, PgBase):
                 ),
                 (qvec, scope.tenant, *params, qvec, limit),
             ).fetchall()
+            # The transaction may go on (a search pins one for all its reads).
+            conn.execute("SET LOCAL enable_sort = on")
         hits = [(int(r[0]), float(r[1])) for r in rows]
         # Only reached with more readable vectors than ``limit``: a short list means the
         # scan bound stopped the walk.

@@ -240,7 +240,7 @@ class SQLReads(SQLDerived):
     def search(self, principal: Principal, request: SearchRequest) -> SearchResult:
         """Ranked candidates the principal may read, with the hidden-item marker."""
         # Derived in-process indexes are mutable: a store serialises its searches.
-        with self._lock:
+        with self._lock, self._pin_reads(principal.tenant):
             self.sync_indexes(principal.tenant, vectors=request.strategy != Strategy.KEYWORD)
             return run_search(self, principal, request)
 
