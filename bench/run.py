@@ -2,8 +2,11 @@
 
 Run from the repository root::
 
-    .venv/bin/python -m bench.run [--only scifact|synthetic] [--chunks N] [--queries N]
-                                  [--skip-minilm]
+    .venv/bin/python -m bench.run [--only scifact|synthetic|postgres] [--chunks N]
+                                  [--queries N] [--skip-minilm] [--pg-chunks N]
+
+Without ``--only``, SciFact and the synthetic corpus on SQLite run; the PostgreSQL benchmark
+(``bench/postgres.py``: a 1M-chunk load the first time) runs only with ``--only postgres``.
 
 Prints the tables and writes every figure to ``bench/out/results.json``. See bench/README.md
 for what each figure means.
@@ -379,7 +382,9 @@ def _environment() -> dict[str, Any]:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
-    parser.add_argument("--only", choices=("scifact", "synthetic"), help="run one benchmark")
+    parser.add_argument(
+        "--only", choices=("scifact", "synthetic", "postgres"), help="run one benchmark"
+    )
     parser.add_argument("--chunks", type=int, default=100_000, help="synthetic corpus size")
     parser.add_argument("--queries", type=int, default=200, help="synthetic queries per series")
     parser.add_argument("--seed", type=int, default=0, help="synthetic generator seed")
@@ -389,9 +394,25 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--scifact", type=Path, default=scifact.DEFAULT_PATH, help="SciFact directory (BEIR)"
     )
+    parser.add_argument(
+        "--pg-chunks", type=int, default=1_000_000, help="PostgreSQL corpus size (chunks)"
+    )
+    parser.add_argument(
+        "--pg-load-workers", type=int, default=2, help="PostgreSQL: processes loading documents"
+    )
+    parser.add_argument(
+        "--pg-sqlite-chunks",
+        type=int,
+        default=100_000,
+        help="PostgreSQL: size of the SQLite store timed beside it (0: none)",
+    )
     args = parser.parse_args(argv)
     if args.chunks < 100 or args.queries < WARMUP:
         parser.error(f"--chunks must be >= 100 and --queries >= {WARMUP}")
+    if args.pg_chunks < 100 or args.pg_load_workers < 1 or args.pg_sqlite_chunks < 0:
+        parser.error("--pg-chunks must be >= 100, --pg-load-workers >= 1, --pg-sqlite-chunks >= 0")
+    if 0 < args.pg_sqlite_chunks < 100:
+        parser.error("--pg-sqlite-chunks must be 0 or >= 100")
     return args
 
 
@@ -419,10 +440,35 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         )
 
+    if args.only == "postgres":
+        # Imported here: it needs the `postgres` extra and the test server helper.
+        from bench import postgres
+
+        pg = postgres.run(
+            args.pg_chunks,
+            args.queries,
+            args.seed,
+            OUT_DIR,
+            load_workers=args.pg_load_workers,
+            sqlite_chunks=args.pg_sqlite_chunks,
+        )
+        results["postgres"] = pg
+        printed.append(
+            lambda: say(
+                f"\nPostgreSQL, synthetic enterprise corpus: {pg['n_docs']} chunks, "
+                f"{pg['n_queries']} queries, top-{TOP_K}; latencies in ms; /no-acl is pg p50 over "
+                "the same search without the access predicate; acl cost is no-mark p50 over "
+                "no-acl p50; mark cost is p50 with / without the hidden-item marker\n"
+                + postgres.describe_build(pg)
+                + postgres.tables(pg)
+            )
+        )
+
     results["total_s"] = round(time.perf_counter() - started, 1)
     for show in printed:
         show()
-    path = OUT_DIR / "results.json"
+    # The PostgreSQL figures go to their own file, so they do not replace the default run's.
+    path = OUT_DIR / ("results-postgres.json" if args.only == "postgres" else "results.json")
     path.write_text(json.dumps(results, indent=2) + "\n")
     say(f"\nwrote {path} (total {results['total_s']}s)")
     return 0
