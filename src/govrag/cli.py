@@ -30,6 +30,8 @@ index_app = typer.Typer(
     help="Inspect and rebuild the derived search indexes.", no_args_is_help=True
 )
 app.add_typer(index_app, name="index")
+config_app = typer.Typer(help="Check the deployment's routes, manifests, workflows and policies.")
+app.add_typer(config_app, name="config")
 
 err = Console(stderr=True, soft_wrap=True)
 T = TypeVar("T")
@@ -332,6 +334,41 @@ def demo(
     from govrag.demo import run_demo
 
     _guard(lambda: run_demo(directory, Console()))
+
+
+@config_app.command("check")
+def config_check(deployment: DeploymentOpt = None, as_json: JsonOpt = False) -> None:
+    """Validate routes/, manifests/, workflows/ and policies/; print every problem at once.
+
+    Exit 0 when there is no error (warnings allowed), 2 otherwise.
+    """
+    from govrag.routes import check_config
+    from govrag.settings import find_deployment
+
+    root = _guard(lambda: find_deployment(deployment))
+    config, problems = _guard(lambda: check_config(root))
+    errors = [p for p in problems if not p.warning]
+    if as_json:
+        _emit(
+            {
+                "ok": not errors,
+                "problems": [vars(p) | {"severity": "warning" if p.warning else "error"}
+                             for p in problems],
+                "routes": sorted(config.routes) if config else [],
+                "route_table_version": config.route_table_version if config else None,
+            }
+        )  # fmt: skip
+    else:
+        for p in problems:
+            err.print(str(p), style="yellow" if p.warning else "red", highlight=False)
+        if config is not None:
+            err.print(
+                f"ok: {len(config.routes)} route(s), {len(config.manifests)} manifest(s), "
+                f"{len(config.workflows)} workflow(s), {len(config.bundles)} policy bundle(s); "
+                f"route table {config.route_table_version}"
+            )
+    if errors:
+        raise typer.Exit(2)
 
 
 def main() -> None:

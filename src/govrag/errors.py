@@ -71,22 +71,37 @@ class IndexStaleError(StoreError):
     """
 
 
-def describe_validation(exc: Exception) -> str:
-    """One line per problem of a pydantic ``ValidationError``: the field, what is wrong, a fix.
-
-    Other exceptions are returned as their message.
-    """
+def validation_problems(exc: Exception) -> list[tuple[str, str]]:
+    """``(field, what is wrong and how to fix it)`` per problem of a pydantic
+    ``ValidationError`` (field ``""`` when the problem is the whole value)."""
     errors = getattr(exc, "errors", None)
     if not callable(errors):
-        return str(exc)
-    parts = []
+        return [("", str(exc))]
+    out = []
     for err in errors():
         loc = ".".join(str(p) for p in err.get("loc", ()))
         kind = err.get("type", "")
         msg = str(err.get("msg", "")).removeprefix("Value error, ")
         if kind == "extra_forbidden":
-            parts.append(f"unknown field {loc!r}; remove it or check its spelling")
+            msg = "unknown field; remove it or check its spelling"
         elif kind == "missing":
+            msg = "is required"
+        elif kind == "literal_error":
+            msg = f"{err.get('input')!r} is not allowed; {msg[0].lower()}{msg[1:]}"
+        out.append((loc, msg))
+    return out or [("", str(exc))]
+
+
+def describe_validation(exc: Exception) -> str:
+    """One line per problem of a pydantic ``ValidationError``: the field, what is wrong, a fix.
+
+    Other exceptions are returned as their message.
+    """
+    parts = []
+    for loc, msg in validation_problems(exc):
+        if msg.startswith("unknown field"):
+            parts.append(f"unknown field {loc!r}; remove it or check its spelling")
+        elif msg == "is required":
             parts.append(f"field {loc!r} is required")
         elif loc:
             parts.append(f"field {loc!r}: {msg}")

@@ -1,0 +1,11 @@
+"""Routes, tool manifests, workflows and policy bundles of a deployment (seed 003)."""
+
+from __future__ import annotations
+
+from govrag.routes.config import DeploymentConfig, PolicyBundle, Problem, check_config, load_config
+from govrag.routes.models import Manifest, Retrieval, Route, Stage, Tool, Workflow
+
+__all__ = [
+    "DeploymentConfig", "Manifest", "PolicyBundle", "Problem", "Retrieval", "Route", "Stage",
+    "Tool", "Workflow", "check_config", "load_config",
+]  # fmt: skip

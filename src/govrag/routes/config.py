@@ -1,0 +1,346 @@
+"""Load and check a deployment's routes, manifests, workflows and policy bundles.
+
+Layout (beside ``govrag.toml``)::
+
+    routes/*.json             one route row, or an array of route rows, per file
+    manifests/*.json          one tool manifest per file
+    workflows/*.json          one workflow per file
+    policies/<bundle>/        bundle.json (name, version), *.cedar, optional *.cedarschema
+
+Every problem is collected before anything is reported, so ``govrag config check`` lists
+them all at once, each with its file, field and a fix. Warnings (a configuration that is
+legal but probably not meant) do not stop loading.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from govrag.errors import ConfigError, validation_problems
+from govrag.routes.models import (
+    NO_MANIFEST,
+    BundleInfo,
+    Manifest,
+    Route,
+    Workflow,
+)
+
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a deployment file."""
+
+    path: str
+    field: str
+    message: str
+    warning: bool = False
+
+    def __str__(self) -> str:
+        where = f"{self.path}: {self.field}" if self.field else self.path
+        return f"{'warning' if self.warning else 'error'}: {where}: {self.message}"
+
+
+@dataclass(frozen=True)
+class PolicyBundle:
+    name: str
+    version: str
+    path: Path
+    #: Every ``*.cedar`` file of the bundle, concatenated in name order.
+    policies: str
+    schema: str | None = None
+
+    @property
+    def policy_version(self) -> str:
+        """What decisions record, e.g. ``pgar.retrieval.corpus/v2``."""
+        return f"{self.name}/{self.version}"
+
+
+@dataclass(frozen=True)
+class DeploymentConfig:
+    routes: dict[str, Route]
+    manifests: dict[str, Manifest]
+    workflows: dict[str, Workflow]
+    bundles: dict[str, PolicyBundle]
+    warnings: tuple[Problem, ...] = ()
+    #: Content hash of the route table: a session records the version it pinned.
+    route_table_version: str = field(default="")
+
+
+class _Collector:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.problems: list[Problem] = []
+
+    def rel(self, path: Path) -> str:
+        try:
+            return str(path.relative_to(self.root))
+        except ValueError:
+            return str(path)
+
+    def add(self, path: Path, fld: str, message: str, *, warning: bool = False) -> None:
+        self.problems.append(Problem(self.rel(path), fld, message, warning))
+
+    def read_json(self, path: Path) -> Any:
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as exc:
+            self.add(path, "", f"is not UTF-8 text ({exc.reason} at byte {exc.start})")
+        except json.JSONDecodeError as exc:
+            self.add(
+                path, "", f"is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+            )
+        except OSError as exc:
+            self.add(path, "", f"cannot be read: {exc.strerror or exc}")
+        return None
+
+    def model(self, model: type[M], data: Any, path: Path, prefix: str = "") -> M | None:
+        try:
+            return model.model_validate(data)
+        except ValidationError as exc:
+            for loc, message in validation_problems(exc):
+                self.add(path, ".".join(p for p in (prefix, loc) if p), message)
+        return None
+
+
+def _json_files(root: Path, folder: str) -> list[Path]:
+    directory = root / folder
+    return sorted(directory.glob("*.json")) if directory.is_dir() else []
+
+
+def _load_routes(c: _Collector) -> dict[str, tuple[Route, Path]]:
+    routes: dict[str, tuple[Route, Path]] = {}
+    for path in _json_files(c.root, "routes"):
+        data = c.read_json(path)
+        if data is None:
+            continue
+        rows = data if isinstance(data, list) else [data]
+        for i, row in enumerate(rows):
+            prefix = f"[{i}]" if isinstance(data, list) else ""
+            route = c.model(Route, row, path, prefix)
+            if route is None:
+                continue
+            if route.route_id in routes:
+                other = c.rel(routes[route.route_id][1])
+                c.add(
+                    path,
+                    f"{prefix}.route_id".lstrip("."),
+                    f"duplicate route id {route.route_id!r} (also in {other}); route ids are "
+                    "unique across routes/",
+                )
+                continue
+            routes[route.route_id] = (route, path)
+    return routes
+
+
+def _load_keyed(c: _Collector, folder: str, model: type[M], key: str) -> dict[str, tuple[M, Path]]:
+    out: dict[str, tuple[M, Path]] = {}
+    for path in _json_files(c.root, folder):
+        data = c.read_json(path)
+        if data is None:
+            continue
+        item = c.model(model, data, path)
+        if item is None:
+            continue
+        ident = str(getattr(item, key))
+        if ident in out:
+            c.add(path, key, f"duplicate {key} {ident!r} (also in {c.rel(out[ident][1])})")
+            continue
+        out[ident] = (item, path)
+    return out
+
+
+def _check_tools(c: _Collector, manifests: dict[str, tuple[Manifest, Path]]) -> None:
+    from jsonschema import SchemaError
+    from jsonschema.validators import validator_for
+
+    for manifest, path in manifests.values():
+        names = [t.name for t in manifest.tools]
+        for i, tool in enumerate(manifest.tools):
+            if names.count(tool.name) > 1 and names.index(tool.name) != i:
+                c.add(path, f"tools.{i}.name", f"tool {tool.name!r} is listed twice")
+            try:
+                validator_for(tool.parameters).check_schema(tool.parameters)
+            except SchemaError as exc:
+                c.add(path, f"tools.{i}.parameters", f"is not a valid JSON Schema: {exc.message}")
+            if tool.parameters.get("type", "object") != "object":
+                c.add(
+                    path,
+                    f"tools.{i}.parameters.type",
+                    'tool arguments are an object; set "type": "object"',
+                )
+
+
+def _load_bundles(c: _Collector) -> dict[str, PolicyBundle]:
+    import cedarpy
+
+    bundles: dict[str, PolicyBundle] = {}
+    base = c.root / "policies"
+    for directory in sorted(p for p in base.iterdir() if p.is_dir()) if base.is_dir() else []:
+        meta = directory / "bundle.json"
+        if not meta.is_file():
+            c.add(directory, "", 'has no bundle.json; add {"name": ..., "version": ...}')
+            continue
+        data = c.read_json(meta)
+        info = c.model(BundleInfo, data, meta) if data is not None else None
+        files = sorted(directory.glob("*.cedar"))
+        if not files:
+            c.add(directory, "", "holds no *.cedar policy file")
+        texts = []
+        for file in files:
+            text = file.read_text(encoding="utf-8")
+            try:
+                cedarpy.policies_to_json_str(text)
+            except ValueError as exc:
+                c.add(file, "", f"is not valid Cedar: {exc}")
+            texts.append(text)
+        schemas = sorted(directory.glob("*.cedarschema"))
+        schema = schemas[0].read_text(encoding="utf-8") if schemas else None
+        if info is None or not files:
+            continue
+        if info.name in bundles:
+            c.add(meta, "name", f"duplicate bundle name {info.name!r}")
+            continue
+        bundles[info.name] = PolicyBundle(
+            name=info.name,
+            version=info.version,
+            path=directory,
+            policies="\n".join(texts),
+            schema=schema,
+        )
+    return bundles
+
+
+def _cross_check(
+    c: _Collector,
+    routes: dict[str, tuple[Route, Path]],
+    manifests: dict[str, tuple[Manifest, Path]],
+    workflows: dict[str, tuple[Workflow, Path]],
+) -> None:
+    for route, path in routes.values():
+        retrieval = route.retrieval
+        scope = set(retrieval.scope)
+        manifest = None
+        if route.tool_manifest != NO_MANIFEST:
+            found = manifests.get(route.tool_manifest)
+            if found is None:
+                c.add(
+                    path,
+                    "tool_manifest",
+                    _missing("manifest", route.tool_manifest, manifests, "manifests/"),
+                )
+            else:
+                manifest = found[0]
+        if retrieval.mode == "tool" and not scope:
+            c.add(
+                path,
+                "retrieval.scope",
+                f"route {route.route_id!r} is in tool mode with an empty scope: every "
+                "retrieve will be denied",
+                warning=True,
+            )
+        if retrieval.mode == "none" and scope:
+            c.add(
+                path,
+                "retrieval.scope",
+                f"route {route.route_id!r} has mode none: its scope is never used",
+                warning=True,
+            )
+        for tool in manifest.tools if manifest else ():
+            if tool.corpus is not None and tool.corpus not in scope and retrieval.mode != "none":
+                c.add(
+                    path,
+                    "retrieval.scope",
+                    f"tool {tool.name!r} of manifest {route.tool_manifest!r} is bound to "
+                    f"corpus {tool.corpus!r}, which is not in the scope of route "
+                    f"{route.route_id!r}; add the corpus to the scope or unbind the tool",
+                )
+        if route.workflow_id is None:
+            continue
+        found_wf = workflows.get(route.workflow_id)
+        if found_wf is None:
+            c.add(
+                path,
+                "workflow_id",
+                _missing("workflow", route.workflow_id, workflows, "workflows/"),
+            )
+            continue
+        workflow, wf_path = found_wf
+        for i, stage in enumerate(workflow.stages):
+            if stage.corpus is not None and stage.corpus not in scope:
+                c.add(
+                    wf_path,
+                    f"stages.{i}.corpus",
+                    f"corpus {stage.corpus!r} of stage {stage.id!r} is not in the scope of "
+                    f"route {route.route_id!r} ({c.rel(path)}: retrieval.scope = "
+                    f"{sorted(scope)}); a workflow cannot widen scope",
+                )
+            for j, name in enumerate(_stage_tools(stage)):
+                if manifest is not None and manifest.tool(name) is None:
+                    fld = f"stages.{i}.tool" if j == 0 and stage.tool else f"stages.{i}.allowlist"
+                    c.add(
+                        wf_path,
+                        fld,
+                        f"tool {name!r} of stage {stage.id!r} is not in manifest "
+                        f"{manifest.manifest_id!r} of route {route.route_id!r}",
+                    )
+
+
+def _stage_tools(stage: Any) -> Iterator[str]:
+    if stage.tool:
+        yield stage.tool
+    yield from stage.allowlist or ()
+
+
+def _missing(kind: str, name: str, known: dict[str, Any], folder: str) -> str:
+    listing = ", ".join(repr(k) for k in sorted(known)) or "none"
+    return f"no {kind} {name!r} in {folder} (known: {listing})"
+
+
+def check_config(root: Path) -> tuple[DeploymentConfig | None, list[Problem]]:
+    """Every problem of the deployment at ``root``; the config when there is no error."""
+    c = _Collector(root)
+    routes = _load_routes(c)
+    manifests = _load_keyed(c, "manifests", Manifest, "manifest_id")
+    workflows = _load_keyed(c, "workflows", Workflow, "workflow_id")
+    _check_tools(c, manifests)
+    bundles = _load_bundles(c)
+    _cross_check(c, routes, manifests, workflows)
+    if any(not p.warning for p in c.problems):
+        return None, c.problems
+    table = json.dumps(
+        [
+            r.model_dump(mode="json")
+            for r, _ in sorted(routes.values(), key=lambda x: x[0].route_id)
+        ],
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    config = DeploymentConfig(
+        routes={k: r for k, (r, _) in routes.items()},
+        manifests={k: m for k, (m, _) in manifests.items()},
+        workflows={k: w for k, (w, _) in workflows.items()},
+        bundles=bundles,
+        warnings=tuple(c.problems),
+        route_table_version="sha256:" + hashlib.sha256(table.encode()).hexdigest()[:16],
+    )
+    return config, c.problems
+
+
+def load_config(root: Path) -> DeploymentConfig:
+    """The deployment's config; :class:`ConfigError` listing every error otherwise."""
+    config, problems = check_config(root)
+    if config is None:
+        errors = [str(p) for p in problems if not p.warning]
+        raise ConfigError(
+            f"{len(errors)} problem(s) in the deployment at {root}:\n" + "\n".join(errors)
+        )
+    return config

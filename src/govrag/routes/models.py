@@ -1,0 +1,125 @@
+"""The deployment's route table, tool manifests and workflows, as validated models.
+
+Shapes follow seed ``003_*.txt`` (route contract) and DESIGN.md 2.4. Every model forbids
+unknown fields, so a misspelt key is an error naming the file and field, never a silently
+ignored setting.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+#: Corpus, route, tool and workflow ids: what the deployment files use as keys.
+Ident = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")]
+#: A route whose manifest is this has no tools.
+NO_MANIFEST = "none"
+
+Mode = Literal["none", "deterministic_prefetch", "tool"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Retrieval(_Model):
+    """One route's permit for retrieval: whether it happens, who starts it, over what."""
+
+    mode: Mode = "none"
+    #: Hard allowlist of corpus ids; the PEP denies every other corpus.
+    scope: tuple[Ident, ...] = ()
+
+    @field_validator("scope")
+    @classmethod
+    def _unique(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        duplicates = sorted({c for c in value if value.count(c) > 1})
+        if duplicates:
+            raise ValueError(f"corpus {duplicates[0]!r} is listed twice; list each corpus once")
+        return value
+
+
+class Route(_Model):
+    """A route row: the one control for retrieval on requests routed to it."""
+
+    route_id: Ident
+    intent: str | None = None
+    model_profile: str | None = None
+    tool_manifest: Ident = NO_MANIFEST
+    policy_profile: str | None = None
+    #: Omitted: no retrieval (mode none).
+    retrieval: Retrieval = Retrieval()
+    workflow_id: Ident | None = None
+    prompt_id: str | None = None
+    output_schema_id: str | None = None
+    eval_suite_id: str | None = None
+
+    @field_validator("retrieval", mode="before")
+    @classmethod
+    def _one_object(cls, value: object) -> object:
+        if isinstance(value, list):
+            raise ValueError(
+                "retrieval must be one object, not an array: a route has one mode; put every "
+                'corpus it may touch in one "scope" list (see the route contract)'
+            )
+        return {"mode": "none"} if value is None else value
+
+
+ToolKind = Literal["retrieve", "list", "metadata", "other"]
+
+
+class Tool(_Model):
+    """A tool the LLM may propose. Only name, description and parameters reach the model."""
+
+    name: Ident
+    description: str = ""
+    #: JSON Schema of the arguments (an object schema).
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
+    #: The action the PDP decides on (e.g. ``retrieve_documents``, ``policy_search``).
+    pdp_action: Ident
+    risk_tier: Literal["low", "medium", "high"] = "low"
+    kind: ToolKind = "other"
+    #: A corpus the tool is bound to; its calls target it whatever the arguments say.
+    corpus: Ident | None = None
+
+
+class Manifest(_Model):
+    manifest_id: Ident
+    version: str = Field(min_length=1, max_length=64)
+    tools: tuple[Tool, ...] = ()
+
+    def tool(self, name: str) -> Tool | None:
+        return next((t for t in self.tools if t.name == name), None)
+
+
+LlmRole = Literal["none", "query_formulation", "synthesis"]
+
+
+class Stage(_Model):
+    id: Ident
+    tool: Ident | None = None
+    corpus: Ident | None = None
+    llm_role: LlmRole = "none"
+    #: Pattern 3: the tools the LLM may propose in this stage.
+    allowlist: tuple[Ident, ...] | None = None
+
+
+class Workflow(_Model):
+    workflow_id: Ident
+    stages: tuple[Stage, ...] = Field(min_length=1)
+
+    @field_validator("stages")
+    @classmethod
+    def _unique_ids(cls, value: tuple[Stage, ...]) -> tuple[Stage, ...]:
+        ids = [s.id for s in value]
+        duplicates = sorted({i for i in ids if ids.count(i) > 1})
+        if duplicates:
+            raise ValueError(f"stage id {duplicates[0]!r} is used twice; stage ids are unique")
+        return value
+
+
+class BundleInfo(_Model):
+    """``policies/<bundle>/bundle.json``."""
+
+    name: Ident
+    version: Ident
