@@ -1,0 +1,140 @@
+"""The policy decision point: Cedar policy bundles evaluated with ``cedarpy``.
+
+Default deny, and fail closed: a request the PDP cannot evaluate (bad input, unparsable
+policies, an evaluation error, a timeout) is DENY with the reason ``policy_error``. A DENY
+says which rule refused (the ``@reason`` annotation of the forbid that matched, or
+``no_entitlement`` when nothing permitted).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from govrag.policy.sarac import Decision, Reason, SaracRequest
+from govrag.routes.config import PolicyBundle
+
+log = logging.getLogger("govrag.policy")
+
+DEFAULT_BUNDLE = "pgar.retrieval.corpus"
+#: How long one decision may take before it is a DENY.
+DEFAULT_TIMEOUT_S = 2.0
+_REASONS: set[str] = {"no_entitlement", "tenant", "classification"}
+
+
+def default_bundle() -> PolicyBundle:
+    """The bundle shipped with govrag (``pgar.retrieval.corpus`` v2)."""
+    root = resources.files("govrag.policy") / "bundles" / DEFAULT_BUNDLE
+    info = json.loads((root / "bundle.json").read_text(encoding="utf-8"))
+    return PolicyBundle(
+        name=info["name"],
+        version=info["version"],
+        path=Path(str(root)),
+        policies=(root / "retrieval.cedar").read_text(encoding="utf-8"),
+    )
+
+
+def entities(request: SaracRequest) -> list[dict[str, Any]]:
+    """The Cedar entities of a request: the caller and the corpus."""
+    s, r = request.subject, request.resource
+    return [
+        {
+            "uid": {"type": "User", "id": s.sub},
+            "attrs": {
+                "tenant": s.tenant,
+                "roles": list(s.roles),
+                "doc_entitlements": list(s.doc_entitlements),
+                "clearance": int(s.clearance),
+            },
+            "parents": [],
+        },
+        {
+            "uid": {"type": "Corpus", "id": r.id},
+            "attrs": {
+                "tenant": r.tenant,
+                "read_entitlement": f"{r.id}:read",
+                "classification": int(r.classification),
+            },
+            "parents": [],
+        },
+    ]
+
+
+def cedar_request(request: SaracRequest) -> dict[str, Any]:
+    """The Cedar authorization request of a SARAC request."""
+    return {
+        # Entity references as objects, not ``Type::"id"`` text: no escaping to get wrong.
+        "principal": {"type": "User", "id": request.subject.sub},
+        "action": {"type": "Action", "id": request.action},
+        "resource": {"type": "Corpus", "id": request.resource.id},
+        "context": {
+            "query": request.context.query,
+            "classification_ceiling": int(request.context.classification_ceiling),
+            "route_id": request.context.route_id,
+        },
+    }
+
+
+class CedarPDP:
+    """Decides SARAC requests against one policy bundle."""
+
+    def __init__(self, bundle: PolicyBundle, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        import cedarpy
+
+        self.bundle = bundle
+        self.policy_version = bundle.policy_version
+        self.timeout_s = timeout_s
+        self._cedar = cedarpy
+        self._reasons: dict[str, str] = {}
+        self._error = ""
+        try:
+            parsed = json.loads(cedarpy.policies_to_json_str(bundle.policies))
+            for pid, policy in parsed.get("staticPolicies", {}).items():
+                reason = policy.get("annotations", {}).get("reason", "")
+                self._reasons[pid] = reason if reason in _REASONS else "no_entitlement"
+        except (ValueError, TypeError) as exc:
+            # Unparsable policies decide nothing: every request is DENY (policy_error).
+            self._error = f"policy bundle {self.policy_version} does not parse: {exc}"
+            log.error(self._error)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="govrag-pdp")
+
+    def decide(self, request: SaracRequest) -> Decision:
+        """ALLOW or DENY with a reason; never raises."""
+        if self._error:
+            return self._deny("policy_error", self._error)
+        try:
+            future = self._pool.submit(self._evaluate, request)
+            return future.result(timeout=self.timeout_s)
+        except FutureTimeout:
+            return self._deny("policy_error", f"no decision within {self.timeout_s}s")
+        except Exception as exc:  # any fault on the authorization path is DENY
+            return self._deny("policy_error", f"{type(exc).__name__}: {exc}")
+
+    def _evaluate(self, request: SaracRequest) -> Decision:
+        result = self._cedar.is_authorized(
+            cedar_request(request), self.bundle.policies, entities(request)
+        )
+        errors = [str(e) for e in result.diagnostics.errors]
+        if errors:
+            return self._deny("policy_error", "; ".join(errors))
+        matched = list(result.diagnostics.reasons)
+        if result.allowed:
+            return Decision("ALLOW", "allowed", self.policy_version, ",".join(matched))
+        reasons = [self._reasons.get(pid, "no_entitlement") for pid in matched]
+        reason: Reason = "no_entitlement"
+        for candidate in ("tenant", "classification"):
+            if candidate in reasons:
+                reason = candidate
+                break
+        return Decision("DENY", reason, self.policy_version, ",".join(matched))
+
+    def _deny(self, reason: Reason, detail: str) -> Decision:
+        return Decision("DENY", reason, self.policy_version, detail)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,76 @@
+"""The SARAC request the PEP sends the PDP, and the decision it gets back (seed 003).
+
+subject (who: sub, roles, doc entitlements, tenant, clearance), action (``retrieve_documents``
+or a search tool's ``pdp_action``), resource (one corpus), context (query, classification
+ceiling, route). The model never carries a token or policy text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from govrag.routes.models import Ident
+from govrag.types import Classification
+
+Verdict = Literal["ALLOW", "DENY"]
+#: Why a request was decided so; DENY reasons never say whether matching documents exist.
+Reason = Literal[
+    "allowed",
+    "out_of_scope",
+    "no_entitlement",
+    "tenant",
+    "classification",
+    "policy_error",
+]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Subject(_Model):
+    sub: str = Field(min_length=1, max_length=256)
+    tenant: str = Field(min_length=1, max_length=256)
+    roles: tuple[str, ...] = ()
+    #: e.g. ``policy-engine:read``: which corpora this principal may search.
+    doc_entitlements: tuple[str, ...] = ()
+    clearance: Classification = Classification.PUBLIC
+
+
+class Resource(_Model):
+    type: Literal["corpus"] = "corpus"
+    id: Ident
+    #: The tenant the corpus belongs to.
+    tenant: str = Field(min_length=1, max_length=256)
+    #: Least clearance the corpus requires (from the deployment's ``[corpora.<id>]``).
+    classification: Classification = Classification.PUBLIC
+
+
+class RequestContext(_Model):
+    query: str = Field(default="", max_length=10_000)
+    classification_ceiling: Classification = Classification.PUBLIC
+    route_id: str = ""
+
+
+class SaracRequest(_Model):
+    subject: Subject
+    action: Ident
+    resource: Resource
+    context: RequestContext = RequestContext()
+
+
+@dataclass(frozen=True)
+class Decision:
+    verdict: Verdict
+    reason: Reason
+    #: The bundle that decided, e.g. ``pgar.retrieval.corpus/v2`` (``none`` without a PDP call).
+    policy_version: str
+    #: For operators and the audit log (an error message, the policies that matched).
+    detail: str = ""
+
+    @property
+    def allowed(self) -> bool:
+        return self.verdict == "ALLOW"
