@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    .venv/bin/python -m bench.run [--only scifact|synthetic|postgres] [--chunks N]
+    .venv/bin/python -m bench.run [--only scifact|synthetic|postgres|pdp] [--chunks N]
                                   [--queries N] [--skip-minilm] [--pg-chunks N]
 
 Without ``--only``, SciFact and the synthetic corpus on SQLite run; the PostgreSQL benchmark
@@ -383,7 +383,7 @@ def _environment() -> dict[str, Any]:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
     parser.add_argument(
-        "--only", choices=("scifact", "synthetic", "postgres"), help="run one benchmark"
+        "--only", choices=("scifact", "synthetic", "postgres", "pdp"), help="run one benchmark"
     )
     parser.add_argument("--chunks", type=int, default=100_000, help="synthetic corpus size")
     parser.add_argument("--queries", type=int, default=200, help="synthetic queries per series")
@@ -440,6 +440,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         )
 
+    if args.only in (None, "pdp"):
+        from bench import pdp
+
+        decisions = pdp.run()
+        results["pdp"] = decisions
+        printed.append(lambda: say(pdp.table(decisions)))
+
     if args.only == "postgres":
         # Imported here: it needs the `postgres` extra and the test server helper.
         from bench import postgres
@@ -467,8 +474,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     results["total_s"] = round(time.perf_counter() - started, 1)
     for show in printed:
         show()
-    # The PostgreSQL figures go to their own file, so they do not replace the default run's.
-    path = OUT_DIR / ("results-postgres.json" if args.only == "postgres" else "results.json")
+    # A single benchmark's figures go to their own file, so they do not replace the full run's.
+    own_file = args.only in ("postgres", "pdp")
+    path = OUT_DIR / (f"results-{args.only}.json" if own_file else "results.json")
     path.write_text(json.dumps(results, indent=2) + "\n")
     say(f"\nwrote {path} (total {results['total_s']}s)")
     return 0
