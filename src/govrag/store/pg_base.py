@@ -175,6 +175,17 @@ class PgBase(SQLBase):
         )
         super()._ensure_tenant(conn, tenant)
 
+    def _forget_tenant(self, conn: Conn, tenant: str) -> None:
+        super()._forget_tenant(conn, tenant)
+        conn.execute("DELETE FROM tenant_directory WHERE tenant_id = ?", (tenant,))
+
+    @contextmanager
+    def _audit_tx(self, tenant: str) -> Iterator[Conn]:
+        with self._tx(tenant) as conn:
+            # Whatever the server's default: the commit returns once the WAL is flushed.
+            conn.execute("SET LOCAL synchronous_commit = on")
+            yield conn
+
     def _append_outbox(self, conn: Conn, tenant: str, doc_id: int) -> None:
         # Numbered from the tenant row, under its lock until commit: entries become visible
         # in sequence order, so a reader that applied up to N cannot miss a later-committed N-1.
@@ -188,8 +199,6 @@ class PgBase(SQLBase):
 
     def _vector_param(self, vector: Any) -> object:
         return np.ascontiguousarray(vector, dtype=np.float32)
-
-    _tenant_tables = (*SQLBase._tenant_tables, "tenant_directory")
 
     def tenants(self) -> list[str]:
         return [

@@ -38,12 +38,14 @@ if TYPE_CHECKING:
 MIN_PGVECTOR = (0, 8, 0)
 TENANT_SETTING = "govrag.tenant"
 
-#: Tables holding tenant data; each gets the tenant isolation policy.
-TENANT_TABLES = (
+#: Tables holding tenant data in migration 2 (frozen: a released migration never changes).
+_V2_TENANT_TABLES = (
     "tenants", "corpora", "source_systems", "identities", "groups", "group_members",
     "documents", "chunks", "chunk_vectors", "vector_spaces", "doc_acl", "doc_meta",
     "entities", "chunk_entities", "relations", "access_counter", "index_outbox", "incidents",
 )  # fmt: skip
+#: Tables holding tenant data; each has the forced tenant isolation policy.
+TENANT_TABLES = (*_V2_TENANT_TABLES, "audit_events")
 
 _CORE = """
 CREATE TABLE tenant_directory (
@@ -209,9 +211,9 @@ CREATE TABLE incidents (
 """
 
 
-def _rls() -> str:
+def _rls(tables: tuple[str, ...]) -> str:
     statements = []
-    for table in TENANT_TABLES:
+    for table in tables:
         statements += [
             f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY",
             f"ALTER TABLE {table} FORCE ROW LEVEL SECURITY",
@@ -227,7 +229,32 @@ def _rls() -> str:
 # (version, name, SQL). Append only: a released migration never changes.
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "knowledge store core", _CORE),
-    (2, "tenant row-level security", _rls()),
+    (2, "tenant row-level security", _rls(_V2_TENANT_TABLES)),
+    (
+        3,
+        "audit log",
+        """
+ALTER TABLE tenants ADD COLUMN audit_seq BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE tenants ADD COLUMN audit_head TEXT COLLATE "C" NOT NULL DEFAULT '';
+CREATE TABLE audit_events (
+    tenant_id   TEXT COLLATE "C" NOT NULL,
+    seq         BIGINT NOT NULL,
+    event_id    TEXT COLLATE "C" NOT NULL,
+    request_id  TEXT COLLATE "C" NOT NULL,
+    session_id  TEXT COLLATE "C" NOT NULL,
+    kind        TEXT COLLATE "C" NOT NULL,
+    payload     TEXT NOT NULL,
+    created_at  TEXT COLLATE "C" NOT NULL,
+    prev_hash   TEXT COLLATE "C" NOT NULL,
+    hash        TEXT COLLATE "C" NOT NULL,
+    PRIMARY KEY (tenant_id, seq),
+    UNIQUE (tenant_id, event_id)
+);
+CREATE INDEX audit_events_by_request ON audit_events(tenant_id, request_id);
+"""
+        + ";\n"
+        + _rls(("audit_events",)),
+    ),
 ]
 
 
@@ -337,6 +364,8 @@ def migrate(conn: psycopg.Connection[Any], *, app_role: str | None = None) -> in
             conn.execute(
                 sql.SQL("REVOKE INSERT, UPDATE, DELETE ON schema_migrations FROM {}").format(role)
             )
+            # Append-only for the application: it may add audit events, never change them.
+            conn.execute(sql.SQL("REVOKE UPDATE, DELETE ON audit_events FROM {}").format(role))
         row = conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()
     except psycopg.Error as exc:
         raise StoreError(f"could not migrate the PostgreSQL schema: {str(exc).strip()}") from exc

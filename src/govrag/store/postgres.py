@@ -22,6 +22,7 @@ from typing import Any
 
 from govrag.embed.base import Embedder, FloatArray
 from govrag.settings import SearchSettings
+from govrag.store.audit import SQLAudit
 from govrag.store.dialect import POSTGRES
 from govrag.store.pg_base import PgBase, describe_server
 from govrag.store.records import AccessScope, token_pair
@@ -57,7 +58,7 @@ _DIALECT = dataclasses.replace(
 )
 
 
-class PostgresStore(SQLReads, SQLWrites, PgBase):
+class PostgresStore(SQLReads, SQLWrites, SQLAudit, PgBase):
     """Knowledge store on a PostgreSQL database with pgvector >= 0.8."""
 
     backend = "postgres"

@@ -8,9 +8,10 @@ inside every search leg.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from govrag.embed.base import Embedder
+from govrag.store.audit import AuditEvent, ChainReport
 from govrag.store.records import DocumentWrite, IndexReport, StoredHashes
 from govrag.types import Principal, SearchRequest, SearchResult
 
@@ -51,5 +52,18 @@ class KnowledgeStore(Protocol):
 
     # reads
     def search(self, principal: Principal, request: SearchRequest) -> SearchResult: ...
+
+    # the audit log (append-only, hash-chained per tenant)
+    def append_audit(
+        self,
+        tenant: str,
+        kind: str,
+        payload: dict[str, Any],
+        *,
+        request_id: str,
+        session_id: str,
+    ) -> AuditEvent: ...
+    def audit_events(self, tenant: str, *, request_id: str | None = None) -> list[AuditEvent]: ...
+    def verify_audit(self, tenant: str) -> ChainReport: ...
 
     def close(self) -> None: ...

@@ -52,6 +52,10 @@ class SQLBase:
         """One transaction on behalf of ``tenant``; ``read`` when it writes nothing."""
         raise NotImplementedError
 
+    def _audit_tx(self, tenant: str) -> AbstractContextManager[Conn]:
+        """A write transaction whose commit is durable when it returns (audit events)."""
+        return self._tx(tenant)
+
     def _pin_reads(self, tenant: str) -> AbstractContextManager[None]:
         """Hook: serve the enclosed reads of ``tenant`` from one transaction, when that is
         cheaper than one each (a networked database)."""
@@ -71,6 +75,10 @@ class SQLBase:
             "INSERT INTO tenants(tenant_id, created_at) VALUES (?, ?) ON CONFLICT DO NOTHING",
             (tenant, now_iso()),
         )
+
+    def _forget_tenant(self, conn: Conn, tenant: str) -> None:
+        """Delete the tenant row (its other rows are gone)."""
+        conn.execute("DELETE FROM tenants WHERE tenant_id = ?", (tenant,))
 
     def _append_outbox(self, conn: Conn, tenant: str, doc_id: int) -> None:
         """Record that ``doc_id`` changed, at a sequence number readers apply in order."""
@@ -94,12 +102,12 @@ class SQLBase:
     def _forget_derived(self, tenant: str) -> None:
         """Hook: drop this process's derived indexes of a tenant."""
 
-    #: Every table holding a tenant's rows, children before parents.
+    #: Every table holding a tenant's rows, children before parents, except the audit log
+    #: (append-only: it outlives a dropped tenant) and the tenant row itself.
     _tenant_tables: tuple[str, ...] = (
         "relations", "chunk_entities", "entities", "access_counter", "incidents",
         "index_outbox", "doc_meta", "doc_acl", "chunk_vectors", "chunks", "documents",
         "vector_spaces", "group_members", "groups", "identities", "source_systems", "corpora",
-        "tenants",
     )  # fmt: skip
 
 

@@ -276,5 +276,14 @@ class SQLWrites(SQLBase):
             )
             for table in self._tenant_tables:
                 conn.execute(f"DELETE FROM {table} WHERE tenant_id = ?", (tenant,))
+            # The tenant row anchors its audit chain: it stays while the chain has events
+            # (and then keeps counting ACL epochs, so caches never see an epoch again).
+            audited = conn.execute(
+                "SELECT 1 FROM audit_events WHERE tenant_id = ? LIMIT 1", (tenant,)
+            ).fetchone()
+            if audited:
+                self._bump_epoch(conn, tenant)
+            else:
+                self._forget_tenant(conn, tenant)
         self._forget_derived(tenant)
         return documents

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from govrag.embed.base import FloatArray
+from govrag.store.audit import SQLAudit
 from govrag.store.records import AccessScope
 from govrag.store.sql_reads import SQLReads, leg_args
 from govrag.store.sql_writes import SQLWrites
@@ -17,7 +18,7 @@ from govrag.store.sqlite_base import SQLiteBase
 from govrag.store.vectors import VectorIndex
 
 
-class SQLiteStore(SQLReads, SQLWrites, SQLiteBase):
+class SQLiteStore(SQLReads, SQLWrites, SQLAudit, SQLiteBase):
     """Knowledge store on one SQLite file (or ``:memory:``)."""
 
     backend = "sqlite"

@@ -83,6 +83,18 @@ class SQLiteBase(SQLBase):
                     self._conn.execute("ROLLBACK")
                     raise StoreError(f"commit failed: {exc}") from exc
 
+    @contextmanager
+    def _audit_tx(self, tenant: str) -> Iterator[Conn]:
+        # synchronous=FULL for this commit only: it reaches the disk before we return
+        # (about 0.5 ms here), while ingest keeps the cheaper NORMAL.
+        with self._lock:
+            self._conn.execute("PRAGMA synchronous=FULL")
+            try:
+                with self._tx(tenant) as conn:
+                    yield conn
+            finally:
+                self._conn.execute("PRAGMA synchronous=NORMAL")
+
     def _q(self, tenant: str, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
             try:
