@@ -181,3 +181,28 @@ def test_eval_into_a_deployment_needs_no_embedder_option(deployment: Path, tmp_p
     # The throw-away tenant is gone; the deployment's own tenant is untouched.
     done = govrag("index", "verify", "--json", "-d", str(deployment), cwd=tmp_path)
     assert [t["tenant"] for t in json.loads(done.stdout)["tenants"]] == ["bank"]
+
+
+def test_audit_verify_names_the_first_broken_row(tmp_path: Path) -> None:
+    import sqlite3
+
+    from govrag.deployment import Deployment
+
+    assert govrag("init", "dep", "--embedder", "hash", cwd=tmp_path).returncode == 0
+    dep = Deployment.load(tmp_path / "dep")
+    events = [
+        dep.store.append_audit("default", "pep_decision", {"n": i}, request_id="r", session_id="s")
+        for i in range(3)
+    ]
+    dep.close()
+    done = govrag("audit", "verify", "--json", "-d", str(tmp_path / "dep"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["ok"] and report["tenants"][0]["events"] == 3
+
+    with sqlite3.connect(tmp_path / "dep" / "govrag.db") as db:  # an attacker with the file
+        db.execute("DROP TRIGGER audit_events_no_update")
+        db.execute("UPDATE audit_events SET payload = '{\"n\":9}' WHERE seq = 2")
+    done = govrag("audit", "verify", "-d", str(tmp_path / "dep"), cwd=tmp_path)
+    assert done.returncode == 1
+    assert f"BROKEN at event 2 ({events[1].event_id})" in done.stderr

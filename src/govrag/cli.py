@@ -30,6 +30,8 @@ index_app = typer.Typer(
     help="Inspect and rebuild the derived search indexes.", no_args_is_help=True
 )
 app.add_typer(index_app, name="index")
+audit_app = typer.Typer(help="Check the hash-chained audit log.", no_args_is_help=True)
+app.add_typer(audit_app, name="audit")
 config_app = typer.Typer(help="Check the deployment's routes, manifests, workflows and policies.")
 app.add_typer(config_app, name="config")
 
@@ -369,6 +371,49 @@ def config_check(deployment: DeploymentOpt = None, as_json: JsonOpt = False) -> 
             )
     if errors:
         raise typer.Exit(2)
+
+
+@audit_app.command("verify")
+def audit_verify(
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant.")] = None,
+    deployment: DeploymentOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Recompute every tenant's audit chain; exit 1 and name the first broken row if any."""
+
+    def run() -> list[Any]:
+        dep = _deployment(deployment)
+        try:
+            tenants = [tenant] if tenant else dep.store.tenants()
+            return [dep.store.verify_audit(t) for t in tenants]
+        finally:
+            dep.close()
+
+    reports = _guard(run)
+    if as_json:
+        _emit(
+            {
+                "ok": all(r.ok for r in reports),
+                "tenants": [
+                    {"tenant": r.tenant, "ok": r.ok, "events": r.events, "head_seq": r.head_seq,
+                     "head_hash": r.head_hash,
+                     "broken": None if r.ok else dict(zip(("seq", "event_id", "problem"),
+                                                          r.broken or (), strict=True))}
+                    for r in reports
+                ],
+            }
+        )  # fmt: skip
+    else:
+        for r in reports:
+            if r.broken is None:
+                err.print(f"tenant {r.tenant}: {r.events} events, chain intact; head "
+                          f"{r.head_seq} {r.head_hash}")  # fmt: skip
+            else:
+                seq, event_id, problem = r.broken
+                err.print(f"tenant {r.tenant}: BROKEN at event {seq} ({event_id}): {problem}",
+                          style="red")  # fmt: skip
+    if not all(r.ok for r in reports):
+        raise typer.Exit(1)
 
 
 def main() -> None:
