@@ -71,17 +71,22 @@ class SQLiteBase(SQLBase):
             try:
                 yield self._conn
             except sqlite3.Error as exc:
-                self._conn.execute("ROLLBACK")
+                self._rollback()
                 raise StoreError(f"SQLite statement failed: {exc}") from exc
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                self._rollback()
                 raise
             else:
                 try:
                     self._conn.execute("COMMIT")
                 except sqlite3.Error as exc:
-                    self._conn.execute("ROLLBACK")
+                    self._rollback()
                     raise StoreError(f"commit failed: {exc}") from exc
+
+    def _rollback(self) -> None:
+        # Some errors (a full disk, an I/O error) have already rolled the transaction back.
+        if self._conn.in_transaction:
+            self._conn.execute("ROLLBACK")
 
     @contextmanager
     def _audit_tx(self, tenant: str) -> Iterator[Conn]:
