@@ -45,7 +45,7 @@ _V2_TENANT_TABLES = (
     "entities", "chunk_entities", "relations", "access_counter", "index_outbox", "incidents",
 )  # fmt: skip
 #: Tables holding tenant data; each has the forced tenant isolation policy.
-TENANT_TABLES = (*_V2_TENANT_TABLES, "audit_events")
+TENANT_TABLES = (*_V2_TENANT_TABLES, "audit_events", "sessions")
 
 _CORE = """
 CREATE TABLE tenant_directory (
@@ -254,6 +254,24 @@ CREATE INDEX audit_events_by_request ON audit_events(tenant_id, request_id);
 """
         + ";\n"
         + _rls(("audit_events",)),
+    ),
+    (
+        4,
+        "sessions",
+        """
+CREATE TABLE sessions (
+    tenant_id           TEXT COLLATE "C" NOT NULL,
+    session_id          TEXT COLLATE "C" NOT NULL,
+    sub                 TEXT COLLATE "C" NOT NULL,
+    route_id            TEXT COLLATE "C" NOT NULL,
+    retrieval           TEXT NOT NULL,
+    route_table_version TEXT COLLATE "C" NOT NULL,
+    created_at          TEXT COLLATE "C" NOT NULL,
+    PRIMARY KEY (tenant_id, session_id)
+)
+"""
+        + ";\n"
+        + _rls(("sessions",)),
     ),
 ]
 

@@ -26,6 +26,7 @@ from govrag.store.audit import SQLAudit
 from govrag.store.dialect import POSTGRES
 from govrag.store.pg_base import PgBase, describe_server
 from govrag.store.records import AccessScope, token_pair
+from govrag.store.sessions import SQLSessions
 from govrag.store.sql_base import json_list
 from govrag.store.sql_reads import ACL_EXISTS, SQLReads, token_pairs
 from govrag.store.sql_writes import SQLWrites
@@ -58,7 +59,7 @@ _DIALECT = dataclasses.replace(
 )
 
 
-class PostgresStore(SQLReads, SQLWrites, SQLAudit, PgBase):
+class PostgresStore(SQLReads, SQLWrites, SQLAudit, SQLSessions, PgBase):
     """Knowledge store on a PostgreSQL database with pgvector >= 0.8."""
 
     backend = "postgres"

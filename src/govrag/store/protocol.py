@@ -13,6 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 from govrag.embed.base import Embedder
 from govrag.store.audit import AuditEvent, ChainReport
 from govrag.store.records import DocumentWrite, IndexReport, StoredHashes
+from govrag.store.sessions import SessionRow
 from govrag.types import Principal, SearchRequest, SearchResult
 
 
@@ -65,5 +66,18 @@ class KnowledgeStore(Protocol):
     ) -> AuditEvent: ...
     def audit_events(self, tenant: str, *, request_id: str | None = None) -> list[AuditEvent]: ...
     def verify_audit(self, tenant: str) -> ChainReport: ...
+
+    # sessions (the pinned route of each)
+    def create_session(
+        self,
+        tenant: str,
+        session_id: str,
+        *,
+        sub: str,
+        route_id: str,
+        retrieval_json: str,
+        route_table_version: str,
+    ) -> SessionRow: ...
+    def get_session(self, tenant: str, session_id: str) -> SessionRow | None: ...
 
     def close(self) -> None: ...

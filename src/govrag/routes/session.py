@@ -1,0 +1,167 @@
+"""Sessions: verified claims, a route chosen once, its retrieval object pinned for life.
+
+The intent router selects a ``route_id`` (an explicit route, else the route whose ``intent``
+matches, else the deployment's default route). At session start the route's retrieval object
+(mode and scope) is pinned and persisted in the store together with the route-table version,
+so any process can serve the session and a later edit of the route table does not change it.
+An attempt to change mode, scope or route mid-session is refused and audited.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from govrag.errors import InputError, NotFoundError
+from govrag.routes.config import DeploymentConfig
+from govrag.routes.models import Retrieval, Route
+from govrag.store.audit import AuditEvent, canonical
+from govrag.store.sessions import SessionRow
+from govrag.types import Principal
+
+
+class SessionStore(Protocol):
+    def create_session(
+        self,
+        tenant: str,
+        session_id: str,
+        *,
+        sub: str,
+        route_id: str,
+        retrieval_json: str,
+        route_table_version: str,
+    ) -> SessionRow: ...
+    def get_session(self, tenant: str, session_id: str) -> SessionRow | None: ...
+    def append_audit(
+        self,
+        tenant: str,
+        kind: str,
+        payload: dict[str, Any],
+        *,
+        request_id: str,
+        session_id: str,
+    ) -> AuditEvent: ...
+
+
+class PinViolation(InputError):
+    """A request tried to change the pinned retrieval of a session."""
+
+
+@dataclass(frozen=True)
+class Session:
+    session_id: str
+    principal: Principal
+    route_id: str
+    #: Pinned at session start; never changes for the session's life.
+    retrieval: Retrieval
+    route_table_version: str
+
+
+def select_route(
+    config: DeploymentConfig,
+    *,
+    route_id: str | None = None,
+    intent: str | None = None,
+    default_route: str | None = None,
+) -> Route:
+    """The intent router: explicit route, else a rule on ``intent``, else the default."""
+    known = ", ".join(repr(r) for r in sorted(config.routes)) or "none"
+    if route_id is not None:
+        route = config.routes.get(route_id)
+        if route is None:
+            raise NotFoundError(f"unknown route {route_id!r}; known routes: {known}")
+        return route
+    if intent is not None:
+        matches = [r for r in config.routes.values() if r.intent == intent]
+        if len(matches) > 1:
+            ids = ", ".join(sorted(r.route_id for r in matches))
+            raise InputError(f"intent {intent!r} matches several routes ({ids}); name one")
+        if matches:
+            return matches[0]
+    if default_route is not None:
+        return select_route(config, route_id=default_route)
+    raise NotFoundError(
+        f"no route for intent {intent!r} and no default_route set; known routes: {known}"
+    )
+
+
+class Sessions:
+    """Opens, pins and resumes sessions of one deployment."""
+
+    def __init__(
+        self, store: SessionStore, config: DeploymentConfig, *, default_route: str | None = None
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.default_route = default_route
+
+    def open(
+        self,
+        principal: Principal,
+        *,
+        route_id: str | None = None,
+        intent: str | None = None,
+        request_id: str,
+    ) -> Session:
+        """Start a session for verified ``principal`` and pin its route's retrieval."""
+        route = select_route(
+            self.config, route_id=route_id, intent=intent, default_route=self.default_route
+        )
+        session_id = f"ses-{secrets.token_hex(8)}"
+        retrieval = route.retrieval.model_dump(mode="json")
+        self.store.create_session(
+            principal.tenant,
+            session_id,
+            sub=principal.sub,
+            route_id=route.route_id,
+            retrieval_json=canonical(retrieval),
+            route_table_version=self.config.route_table_version,
+        )
+        self.store.append_audit(
+            principal.tenant,
+            "route_pinned",
+            {"sub": principal.sub, "route_id": route.route_id, "retrieval": retrieval,
+             "route_table_version": self.config.route_table_version},
+            request_id=request_id,
+            session_id=session_id,
+        )  # fmt: skip
+        return Session(session_id, principal, route.route_id, route.retrieval,
+                       self.config.route_table_version)  # fmt: skip
+
+    def resume(self, principal: Principal, session_id: str) -> Session:
+        """The session as pinned (in any process); only its own principal may resume it."""
+        row = self.store.get_session(principal.tenant, session_id)
+        if row is None or row.sub != principal.sub:
+            # The same answer for "absent" and "someone else's": sessions are not enumerable.
+            raise NotFoundError(f"no session {session_id!r} for this principal")
+        retrieval = Retrieval.model_validate(json.loads(row.retrieval_json))
+        return Session(row.session_id, principal, row.route_id, retrieval,
+                       row.route_table_version)  # fmt: skip
+
+    def change(
+        self,
+        session: Session,
+        *,
+        request_id: str,
+        route_id: str | None = None,
+        mode: str | None = None,
+        scope: list[str] | None = None,
+    ) -> None:
+        """Always refused: mode, scope and route are pinned. The attempt is audited."""
+        attempted = {k: v for k, v in (("route_id", route_id), ("mode", mode),
+                                        ("scope", scope)) if v is not None}  # fmt: skip
+        self.store.append_audit(
+            session.principal.tenant,
+            "pin_violation",
+            {"sub": session.principal.sub, "route_id": session.route_id,
+             "pinned": session.retrieval.model_dump(mode="json"), "attempted": attempted},
+            request_id=request_id,
+            session_id=session.session_id,
+        )  # fmt: skip
+        raise PinViolation(
+            f"session {session.session_id!r} is pinned to route {session.route_id!r} "
+            f"(mode {session.retrieval.mode!r}, scope {list(session.retrieval.scope)}); "
+            "mode, scope and route cannot change mid-session: open a new session"
+        )

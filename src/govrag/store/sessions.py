@@ -1,0 +1,61 @@
+"""Pinned sessions in the truth store, so any process can serve a session."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from govrag.errors import InputError
+from govrag.store.schema import now_iso
+from govrag.store.sql_base import SQLBase
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    tenant: str
+    session_id: str
+    sub: str
+    route_id: str
+    #: The route's retrieval object as pinned (canonical JSON).
+    retrieval_json: str
+    route_table_version: str
+    created_at: str
+
+
+class SQLSessions(SQLBase):
+    def create_session(
+        self,
+        tenant: str,
+        session_id: str,
+        *,
+        sub: str,
+        route_id: str,
+        retrieval_json: str,
+        route_table_version: str,
+    ) -> SessionRow:
+        """Pin a session; a session id is used once (a second pin is refused)."""
+        row = SessionRow(tenant, session_id, sub, route_id, retrieval_json,
+                         route_table_version, now_iso())  # fmt: skip
+        with self._tx(tenant) as conn:
+            self._ensure_tenant(conn, tenant)
+            taken = conn.execute(
+                "SELECT 1 FROM sessions WHERE tenant_id = ? AND session_id = ?",
+                (tenant, session_id),
+            ).fetchone()
+            if taken:
+                raise InputError(f"session {session_id!r} already exists; open a new session")
+            conn.execute(
+                "INSERT INTO sessions(tenant_id, session_id, sub, route_id, retrieval, "
+                "route_table_version, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (tenant, session_id, sub, route_id, retrieval_json, route_table_version,
+                 row.created_at),
+            )  # fmt: skip
+        return row
+
+    def get_session(self, tenant: str, session_id: str) -> SessionRow | None:
+        rows = self._q(
+            tenant,
+            "SELECT tenant_id, session_id, sub, route_id, retrieval, route_table_version, "
+            "created_at FROM sessions WHERE tenant_id = ? AND session_id = ?",
+            (tenant, session_id),
+        )
+        return SessionRow(*rows[0]) if rows else None
