@@ -71,8 +71,8 @@ STRATEGIES = (Strategy.KEYWORD, Strategy.SEMANTIC, Strategy.HYBRID)
 HYBRID_P50_MS = 50.0
 RECALL_TARGET = 0.95
 #: Queries per probe for the crossover series: the forced-exact leg at 50% scores every
-#: readable vector (500k at 1M chunks), so this series is kept short.
-CROSSOVER_QUERIES = 40
+#: readable vector (500k at 1M chunks, seconds per call), so this series is kept short.
+CROSSOVER_QUERIES = 20
 #: "Forced exact": an allowed set never exceeds this (the setting's maximum).
 EXACT_ALWAYS = 10_000_000
 #: Two values count as the same score (float32 products in the server and in numpy).

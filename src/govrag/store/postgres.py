@@ -37,6 +37,14 @@ _FROM = (
     "JOIN chunk_vectors v ON v.tenant_id = c.tenant_id AND v.chunk_id = c.chunk_id "
     "WHERE d.tenant_id = ?"
 )
+#: The same rows when no condition needs the document (every corpus in scope, nothing above
+#: the caller's ceiling): every chunk has its document (foreign key), so the join only cost a
+#: primary-key probe per readable vector, a fifth of the exact leg at 10k readable vectors.
+_FROM_CHUNKS = (
+    "FROM chunks c "
+    "JOIN chunk_vectors v ON v.tenant_id = c.tenant_id AND v.chunk_id = c.chunk_id "
+    "WHERE c.tenant_id = ? AND c.indexed"
+)
 
 
 #: The bound id and principal lists behind an optimisation fence (``OFFSET 0``). Flattened
@@ -107,11 +115,15 @@ class PostgresStore(SQLReads, SQLWrites, SQLAudit, SQLSessions, PgBase):
                 # Count the readable vectors (up to cap + 1) and, when they are few, score
                 # them all, in one statement: the access join is done once, and a large set
                 # stops the count at cap + 1 without scoring anything.
-                exact_conds, exact_params = _scope_sql(scope, restricted, doc_ids, values=True)
+                on_doc = scope.filter_corpora or (restricted and scope.filter_ceiling)
+                exact_conds, exact_params = _scope_sql(
+                    scope, restricted, doc_ids, values=True, doc="d" if on_doc else "c"
+                )
                 rows = conn.execute(
                     self.dialect.sql(
                         "WITH allowed AS MATERIALIZED ("
-                        f"SELECT c.chunk_id {_FROM}{exact_conds} LIMIT ?), "
+                        f"SELECT c.chunk_id {_FROM if on_doc else _FROM_CHUNKS}{exact_conds} "
+                        "LIMIT ?), "
                         "n AS (SELECT COUNT(*) AS n FROM allowed) "
                         "SELECT n.n, s.chunk_id, s.score FROM n LEFT JOIN LATERAL ("
                         "SELECT a.chunk_id, -(v.embedding <#> CAST(? AS vector)) AS score "
@@ -151,7 +163,12 @@ class PostgresStore(SQLReads, SQLWrites, SQLAudit, SQLSessions, PgBase):
 
 
 def _scope_sql(
-    scope: AccessScope, restricted: bool, doc_ids: Sequence[int] | None, *, values: bool = False
+    scope: AccessScope,
+    restricted: bool,
+    doc_ids: Sequence[int] | None,
+    *,
+    values: bool = False,
+    doc: str = "d",
 ) -> tuple[str, list[Any]]:
     """``AND ...`` conditions on ``d`` and ``c`` for a vector query, with their parameters.
 
@@ -160,6 +177,8 @@ def _scope_sql(
     many ACL rows each has (column statistics), so for a caller who reads little it drives
     the join from that caller's ACL rows instead of from every document of the tenant. The
     HNSW scan keeps the JSON form: there the predicate is a per-candidate probe anyway.
+    ``doc``: the alias whose ``tenant_id``/``doc_id`` the ``VALUES`` form's ACL rows match
+    (``c`` when the statement does not join ``documents``).
     """
     conds: list[str] = []
     params: list[Any] = []
@@ -173,8 +192,8 @@ def _scope_sql(
         pairs = sorted(token_pair(t) for t in scope.tokens)
         if pairs:
             conds.append(
-                "EXISTS (SELECT 1 FROM doc_acl a WHERE a.tenant_id = d.tenant_id "
-                "AND a.doc_id = d.doc_id AND (a.source_system, a.principal_id) IN (VALUES "
+                f"EXISTS (SELECT 1 FROM doc_acl a WHERE a.tenant_id = {doc}.tenant_id "
+                f"AND a.doc_id = {doc}.doc_id AND (a.source_system, a.principal_id) IN (VALUES "
                 + ", ".join("(?, ?)" for _ in pairs)
                 + "))"
             )
