@@ -40,7 +40,7 @@ SELECT source_system, principal_id FROM reach
 #: The caller's ACL predicate on a document ``d``: some ACL row names one of the caller's
 #: principals (bound as pairs). The principal list is uncorrelated, so engines build it once.
 ACL_EXISTS = (
-    "EXISTS (SELECT 1 FROM doc_acl a WHERE a.tenant_id = d.tenant_id AND a.doc_id = d.doc_id "
+    "EXISTS (SELECT 1 FROM doc_acl a WHERE {plus}a.tenant_id = d.tenant_id AND a.doc_id = d.doc_id "
     "AND (a.source_system, a.principal_id) IN (SELECT ss, pid FROM {pairs}))"
 )
 
