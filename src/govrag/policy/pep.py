@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
 from pydantic import ValidationError
 
@@ -28,7 +28,7 @@ from govrag.errors import describe_validation
 from govrag.policy.pdp import CedarPDP
 from govrag.policy.sarac import Decision, SaracRequest
 from govrag.routes.models import Retrieval
-from govrag.store.audit import AuditEvent
+from govrag.store.protocol import KnowledgeStore
 from govrag.types import Classification, Principal
 
 log = logging.getLogger("govrag.policy")
@@ -36,20 +36,6 @@ T = TypeVar("T")
 
 #: ``policy_version`` of decisions made without the PDP (out of scope, invalid input).
 NO_POLICY = "none"
-
-
-class AuditSink(Protocol):
-    """Where decisions are committed (the knowledge store's audit log)."""
-
-    def append_audit(
-        self,
-        tenant: str,
-        kind: str,
-        payload: dict[str, object],
-        *,
-        request_id: str,
-        session_id: str,
-    ) -> AuditEvent: ...
 
 
 @dataclass(frozen=True)
@@ -78,7 +64,7 @@ class PolicyEnforcementPoint:
     def __init__(
         self,
         pdp: CedarPDP,
-        audit: AuditSink,
+        audit: KnowledgeStore,
         *,
         corpus_classification: Mapping[str, Classification] | None = None,
     ) -> None:

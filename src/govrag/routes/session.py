@@ -12,37 +12,13 @@ from __future__ import annotations
 import json
 import secrets
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 from govrag.errors import InputError, NotFoundError
 from govrag.routes.config import DeploymentConfig
 from govrag.routes.models import Retrieval, Route
-from govrag.store.audit import AuditEvent, canonical
-from govrag.store.sessions import SessionRow
+from govrag.store.audit import canonical
+from govrag.store.protocol import KnowledgeStore
 from govrag.types import Principal
-
-
-class SessionStore(Protocol):
-    def create_session(
-        self,
-        tenant: str,
-        session_id: str,
-        *,
-        sub: str,
-        route_id: str,
-        retrieval_json: str,
-        route_table_version: str,
-    ) -> SessionRow: ...
-    def get_session(self, tenant: str, session_id: str) -> SessionRow | None: ...
-    def append_audit(
-        self,
-        tenant: str,
-        kind: str,
-        payload: dict[str, Any],
-        *,
-        request_id: str,
-        session_id: str,
-    ) -> AuditEvent: ...
 
 
 class PinViolation(InputError):
@@ -91,7 +67,7 @@ class Sessions:
     """Opens, pins and resumes sessions of one deployment."""
 
     def __init__(
-        self, store: SessionStore, config: DeploymentConfig, *, default_route: str | None = None
+        self, store: KnowledgeStore, config: DeploymentConfig, *, default_route: str | None = None
     ) -> None:
         self.store = store
         self.config = config
