@@ -15,6 +15,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 
 if TYPE_CHECKING:
     from govrag.deployment import Deployment
+    from govrag.store.protocol import KnowledgeStore
 
 from govrag.errors import GovragError, InputError, describe_validation
 from govrag.types import SearchRequest, SearchResult, Strategy
@@ -145,6 +146,17 @@ def ingest(
         err.print(f"ingested {file}: {counts}")
     if report.errors:
         raise typer.Exit(1)
+
+
+def _per_tenant(
+    deployment: Path | None, tenant: str | None, fn: Callable[[KnowledgeStore, str], T]
+) -> list[T]:
+    """``fn(store, tenant)`` for the given tenant, or for every tenant of the deployment."""
+    dep = _deployment(deployment)
+    try:
+        return [fn(dep.store, t) for t in ([tenant] if tenant else dep.store.tenants())]
+    finally:
+        dep.close()
 
 
 @app.command()
@@ -282,14 +294,7 @@ def index_verify(
 ) -> None:
     """Compare the derived indexes with the truth store; exit 1 on any difference."""
 
-    def run() -> list[Any]:
-        dep = _deployment(deployment)
-        tenants = [tenant] if tenant else dep.store.tenants()
-        reports = [dep.store.verify_index(t) for t in tenants]
-        dep.close()
-        return reports
-
-    reports = _guard(run)
+    reports = _guard(lambda: _per_tenant(deployment, tenant, lambda s, t: s.verify_index(t)))
     rows = [dict(vars(r), differences=r.differences) for r in reports]
     if as_json:
         _emit({"tenants": rows, "differences": sum(r.differences for r in reports)})
@@ -311,14 +316,9 @@ def index_rebuild(
 ) -> None:
     """Recreate the derived search indexes from the truth store."""
 
-    def run() -> dict[str, int]:
-        dep = _deployment(deployment)
-        tenants = [tenant] if tenant else dep.store.tenants()
-        counts = {t: dep.store.rebuild_index(t) for t in tenants}
-        dep.close()
-        return counts
-
-    counts = _guard(run)
+    counts = dict(
+        _guard(lambda: _per_tenant(deployment, tenant, lambda s, t: (t, s.rebuild_index(t))))
+    )
     if as_json:
         _emit({"rebuilt": counts})
     else:
@@ -381,15 +381,7 @@ def audit_verify(
 ) -> None:
     """Recompute every tenant's audit chain; exit 1 and name the first broken row if any."""
 
-    def run() -> list[Any]:
-        dep = _deployment(deployment)
-        try:
-            tenants = [tenant] if tenant else dep.store.tenants()
-            return [dep.store.verify_audit(t) for t in tenants]
-        finally:
-            dep.close()
-
-    reports = _guard(run)
+    reports = _guard(lambda: _per_tenant(deployment, tenant, lambda s, t: s.verify_audit(t)))
     if as_json:
         _emit(
             {

@@ -14,7 +14,6 @@ is PostgreSQL's own is the vector leg, in the database:
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,7 +22,6 @@ from typing import Any
 from govrag.embed.base import Embedder, FloatArray
 from govrag.settings import SearchSettings
 from govrag.store.audit import SQLAudit
-from govrag.store.dialect import POSTGRES
 from govrag.store.pg_base import PgBase, describe_server
 from govrag.store.records import AccessScope, token_pair
 from govrag.store.sessions import SQLSessions
@@ -47,31 +45,10 @@ _FROM_CHUNKS = (
 )
 
 
-#: The bound id and principal lists behind an optimisation fence (``OFFSET 0``). Flattened
-#: into the outer query, their casts (``value::bigint``, ``e->>0``) would sit in the join
-#: clauses, and those functions are not leakproof: under forced row-level security PostgreSQL
-#: will not evaluate such a clause inside an index probe of a protected table (it could leak
-#: rows the policy hides), so every "these ids" or "these pairs" lookup became a sequential
-#: scan of the tenant (29 ms at 20k chunks for the re-check, linear in the corpus). Fenced,
-#: the list's columns are plain values and the joins probe the primary keys.
-_DIALECT = dataclasses.replace(
-    POSTGRES,
-    ids=(
-        "(SELECT value::bigint AS value FROM jsonb_array_elements_text(CAST(? AS jsonb)) "
-        "OFFSET 0) j"
-    ),
-    pairs=(
-        "(SELECT e->>0 AS ss, e->>1 AS pid FROM jsonb_array_elements(CAST(? AS jsonb)) AS x(e) "
-        "OFFSET 0) t"
-    ),
-)
-
-
 class PostgresStore(SQLReads, SQLWrites, SQLAudit, SQLSessions, PgBase):
     """Knowledge store on a PostgreSQL database with pgvector >= 0.8."""
 
     backend = "postgres"
-    dialect = _DIALECT
 
     def __init__(
         self,
