@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    .venv/bin/python -m bench.run [--only scifact|synthetic|postgres|pdp] [--chunks N]
+    .venv/bin/python -m bench.run [--only scifact|synthetic|postgres|pdp|governed] [--chunks N]
                                   [--queries N] [--skip-minilm] [--pg-chunks N]
 
 Without ``--only``, SciFact and the synthetic corpus on SQLite run; the PostgreSQL benchmark
@@ -383,7 +383,9 @@ def _environment() -> dict[str, Any]:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
     parser.add_argument(
-        "--only", choices=("scifact", "synthetic", "postgres", "pdp"), help="run one benchmark"
+        "--only",
+        choices=("scifact", "synthetic", "postgres", "pdp", "governed"),
+        help="run one benchmark",
     )
     parser.add_argument("--chunks", type=int, default=100_000, help="synthetic corpus size")
     parser.add_argument("--queries", type=int, default=200, help="synthetic queries per series")
@@ -393,6 +395,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--scifact", type=Path, default=scifact.DEFAULT_PATH, help="SciFact directory (BEIR)"
+    )
+    parser.add_argument(
+        "--gov-chunks", type=int, default=20_000, help="governed-search benchmark store size"
     )
     parser.add_argument(
         "--pg-chunks", type=int, default=1_000_000, help="PostgreSQL corpus size (chunks)"
@@ -407,8 +412,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="PostgreSQL: size of the SQLite store timed beside it (0: none)",
     )
     args = parser.parse_args(argv)
-    if args.chunks < 100 or args.queries < WARMUP:
-        parser.error(f"--chunks must be >= 100 and --queries >= {WARMUP}")
+    if args.chunks < 100 or args.gov_chunks < 100 or args.queries < WARMUP:
+        parser.error(f"--chunks and --gov-chunks must be >= 100 and --queries >= {WARMUP}")
     if args.pg_chunks < 100 or args.pg_load_workers < 1 or args.pg_sqlite_chunks < 0:
         parser.error("--pg-chunks must be >= 100, --pg-load-workers >= 1, --pg-sqlite-chunks >= 0")
     if 0 < args.pg_sqlite_chunks < 100:
@@ -447,6 +452,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         results["pdp"] = decisions
         printed.append(lambda: say(pdp.table(decisions)))
 
+    if args.only in (None, "governed"):
+        from bench import governed
+
+        gov = governed.run(args.gov_chunks, args.queries, args.seed, say)
+        results["governed"] = gov
+        printed.append(lambda: say(governed.table(gov)))
+
     if args.only == "postgres":
         # Imported here: it needs the `postgres` extra and the test server helper.
         from bench import postgres
@@ -475,7 +487,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for show in printed:
         show()
     # A single benchmark's figures go to their own file, so they do not replace the full run's.
-    own_file = args.only in ("postgres", "pdp")
+    own_file = args.only in ("postgres", "pdp", "governed")
     path = OUT_DIR / (f"results-{args.only}.json" if own_file else "results.json")
     path.write_text(json.dumps(results, indent=2) + "\n")
     say(f"\nwrote {path} (total {results['total_s']}s)")

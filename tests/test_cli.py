@@ -13,13 +13,18 @@ import pytest
 from conftest import check_tiny_beir_figures, tiny_beir
 
 SAMPLE = Path(__file__).resolve().parents[1] / "src" / "govrag" / "data" / "sample.jsonl"
+CORPORA = ["policy-engine", "risk-models", "ops-runbooks"]
+READ_ALL = [f"{c}:read" for c in CORPORA]
 PRINCIPALS = {
     "principals": [
-        {"sub": "ana", "email": "ana@bank.example", "tenant": "bank", "clearance": "confidential"},
-        {"sub": "ben", "email": "ben@bank.example", "tenant": "bank", "clearance": "internal"},
-        {"sub": "eve", "email": "eve@elsewhere.example", "tenant": "bank"},
+        {"sub": "ana", "email": "ana@bank.example", "tenant": "bank", "clearance": "confidential",
+         "doc_entitlements": READ_ALL},
+        {"sub": "ben", "email": "ben@bank.example", "tenant": "bank", "clearance": "internal",
+         "doc_entitlements": ["policy-engine:read", "ops-runbooks:read"]},
+        {"sub": "eve", "email": "eve@elsewhere.example", "tenant": "bank",
+         "doc_entitlements": READ_ALL},
     ]
-}
+}  # fmt: skip
 
 
 def govrag(
@@ -38,7 +43,8 @@ def govrag(
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("cli")
-    done = govrag("init", "dep", "--embedder", "hash", "--tenant", "bank", cwd=root)
+    corpora = [arg for c in CORPORA for arg in ("--corpus", c)]
+    done = govrag("init", "dep", "--embedder", "hash", "--tenant", "bank", *corpora, cwd=root)
     assert done.returncode == 0, done.stderr
     dep = root / "dep"
     (dep / "principals.json").write_text(json.dumps(PRINCIPALS))
@@ -58,7 +64,17 @@ def test_search_json_is_exactly_one_document(deployment: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     payload = json.loads(done.stdout)  # the whole of stdout parses as one JSON document
-    assert set(payload) == {"query", "strategy", "results", "hidden", "truncated"}
+    assert set(payload) == {"query", "strategy", "results", "hidden", "truncated", "request_id",
+                            "session_id", "route_id", "decisions"}  # fmt: skip
+    assert payload["route_id"] == "search"  # the deployment's default_route
+    # One PEP decision per corpus of the route's scope: Ben lacks risk-models:read.
+    assert [(d["corpus"], d["verdict"], d["reason"]) for d in payload["decisions"]] == [
+        ("policy-engine", "ALLOW", "allowed"),
+        ("risk-models", "DENY", "no_entitlement"),
+        ("ops-runbooks", "ALLOW", "allowed"),
+    ]
+    assert {d["policy_version"] for d in payload["decisions"]} == {"pgar.retrieval.corpus/v2"}
+    assert all(d["audit_id"] for d in payload["decisions"])
     assert set(payload["results"][0]) == {
         "doc_id",
         "chunk_id",
@@ -104,7 +120,8 @@ def test_filters_and_corpus(deployment: Path) -> None:
     ("args", "message"),
     [
         (["wire", "--as", "nobody"], "unknown principal 'nobody'"),
-        (["wire", "--as", "ana", "--corpus", "nope"], "unknown corpus 'nope'"),
+        (["wire", "--as", "ana", "--route", "nope"], "unknown route 'nope'; known routes: "),
+        (["wire", "--as", "ana", "--session", "ses-0"], "no session 'ses-0' for this principal"),
         (["wire", "--as", "ana", "--filter", "novalue"], "is not KEY=VALUE"),
         (["wire", "--as", "ana", "--filter", "bad key=1"], "--filter 'bad key=1'"),
         (["   ", "--as", "ana"], "query is blank"),
@@ -116,6 +133,51 @@ def test_bad_input_is_one_clear_line(deployment: Path, args: list[str], message:
     assert done.returncode == 2
     assert message in done.stderr
     assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_a_denied_corpus_is_reported_not_searched(deployment: Path) -> None:
+    done = search(deployment, "credit model", "--as", "ben", "--corpus", "risk-models",
+                  "--corpus", "payroll")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "DENY risk-models: no entitlement (pgar.retrieval.corpus/v2, audit " in done.stdout
+    assert "DENY payroll: out of scope (none, audit " in done.stdout
+    assert "credit-model" not in done.stdout
+    assert "request req-" in done.stderr and "route search" in done.stderr
+
+
+def test_a_session_continues_on_its_pinned_route(deployment: Path) -> None:
+    first = json.loads(search(deployment, "wire", "--as", "ana", "--json").stdout)
+    again = search(deployment, "runbook", "--as", "ana", "--json", "--session",
+                   first["session_id"])  # fmt: skip
+    assert json.loads(again.stdout)["session_id"] == first["session_id"]
+    assert search(deployment, "wire", "--as", "ben", "--session",
+                  first["session_id"]).returncode == 2  # not Ben's session  # fmt: skip
+    (deployment / "routes" / "chat.json").write_text('{"route_id": "chat"}')
+    try:
+        done = search(deployment, "wire", "--as", "ana", "--session", first["session_id"],
+                      "--route", "chat")  # fmt: skip
+    finally:
+        (deployment / "routes" / "chat.json").unlink()
+    assert done.returncode == 2 and "pinned to route 'search'" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_ingest_names_corpora_no_route_may_search(tmp_path: Path) -> None:
+    done = govrag("init", "d", "--embedder", "hash", "--corpus", "policy-engine", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    done = govrag("ingest", str(SAMPLE), "-d", str(tmp_path / "d"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "no route's scope includes 'ops-runbooks', 'risk-models'" in done.stderr
+
+
+def test_a_deployment_without_routes_retrieves_nothing(tmp_path: Path) -> None:
+    (tmp_path / "principals.json").write_text(json.dumps(PRINCIPALS))
+    done = govrag("search", "wire", "--as", "ana", "-d", str(tmp_path), cwd=tmp_path)
+    assert done.returncode == 2 and "the deployment has no routes" in done.stderr
+    (tmp_path / "govrag.toml").write_text('default_route = "qa"\n')
+    done = govrag("config", "check", "-d", str(tmp_path), cwd=tmp_path)
+    assert done.returncode == 2
+    assert "govrag.toml: default_route: 'qa' is not a route in routes/" in done.stderr
 
 
 def test_non_utf8_filter_value(deployment: Path) -> None:

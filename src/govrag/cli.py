@@ -14,11 +14,12 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
 if TYPE_CHECKING:
+    from govrag.agent import GovernedResult
     from govrag.deployment import Deployment
     from govrag.store.protocol import KnowledgeStore
 
-from govrag.errors import GovragError, InputError, describe_validation
-from govrag.types import SearchRequest, SearchResult, Strategy
+from govrag.errors import GovragError, InputError
+from govrag.types import Strategy
 
 app = typer.Typer(
     name="govrag",
@@ -94,16 +95,31 @@ def init(
         typer.Option(help="'minilm' (semantic) or 'hash'. Default: minilm when installed."),
     ] = None,
     tenant: Annotated[str, typer.Option(help="Default tenant id.")] = "default",
+    corpus: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A corpus the default route may search (repeatable); the sample "
+            "principal gets its read entitlement."
+        ),
+    ] = None,
     force: Annotated[bool, typer.Option(help="Overwrite existing files.")] = False,
 ) -> None:
-    """Scaffold a deployment directory: govrag.toml and principals.json."""
+    """Scaffold a deployment: govrag.toml, principals.json, a search route and its manifest."""
     from govrag.deployment import scaffold
     from govrag.embed import semantic_available
 
     chosen = embedder or ("minilm" if semantic_available() else "hash")
-    written = _guard(lambda: scaffold(directory, embedder=chosen, tenant=tenant, force=force))
+    corpora = tuple(corpus or ())
+    written = _guard(
+        lambda: scaffold(directory, embedder=chosen, tenant=tenant, corpora=corpora, force=force)
+    )
     for path in written:
         err.print(f"wrote {path}")
+    if not corpora:
+        err.print(
+            "note: the route 'search' has an empty scope, so every retrieve is denied; list "
+            f"corpora in {directory / 'routes' / 'search.json'} (or re-run with --corpus ID)"
+        )
     err.print(f"embedder: {chosen}. Next: govrag ingest FILE.jsonl --deployment {directory}")
 
 
@@ -133,10 +149,17 @@ def ingest(
                 progress=tick,
             )
             dep.store.sync_indexes(target, vectors=False)
+        unrouted = dep.unrouted_corpora(target)
         dep.close()
-        return report
+        return report, unrouted
 
-    report = _guard(run)
+    report, unrouted = _guard(run)
+    if unrouted:
+        err.print(
+            f"note: no route's scope includes {', '.join(map(repr, unrouted))}: every retrieve "
+            "of them is denied until a route in routes/ lists them (`govrag config check`)",
+            highlight=False,
+        )
     for message in report.messages:
         err.print(f"[red]error:[/] {message}", highlight=False, soft_wrap=True)
     if as_json:
@@ -163,7 +186,20 @@ def _per_tenant(
 def search(
     query: Annotated[str, typer.Argument(help="What to search for.")],
     as_: Annotated[str, typer.Option("--as", help="Principal `sub` from principals.json.")],
-    corpus: Annotated[list[str] | None, typer.Option(help="Corpus id (repeatable).")] = None,
+    corpus: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Corpus id (repeatable); each is one PEP-gated retrieve. "
+            "Default: every corpus in the route's scope."
+        ),
+    ] = None,
+    route: Annotated[
+        str | None, typer.Option(help="Route id (default: the deployment's default_route).")
+    ] = None,
+    session: Annotated[
+        str | None,
+        typer.Option(help="Continue this session (its route stays pinned) instead of opening one."),
+    ] = None,
     strategy: Annotated[Strategy, typer.Option(help="Retrieval strategy.")] = Strategy.HYBRID,
     top_k: Annotated[int | None, typer.Option(help="Results to return.")] = None,
     filter_: Annotated[
@@ -172,38 +208,48 @@ def search(
     deployment: DeploymentOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Search as a principal: only what it may read, plus the hidden-item marker."""
+    """A governed retrieve as a principal: each corpus is decided by the policy gate and
+    audited before it is searched; results are only what the principal may read."""
     from govrag.store.filters import parse_cli_filter
 
-    def run() -> SearchResult:
+    def run() -> GovernedResult:
         dep = _deployment(deployment)
-        principal = dep.principal(as_)
-        filters = tuple(parse_cli_filter(f) for f in filter_ or ())
         try:
-            request = SearchRequest(
-                query=query,
+            principal = dep.principal(as_)
+            return dep.governed.search(
+                principal,
+                query,
                 corpora=tuple(corpus) if corpus else None,
+                route_id=route,
+                session_id=session,
                 strategy=strategy,
                 top_k=dep.settings.search.default_top_k if top_k is None else top_k,
-                filters=filters,
+                filters=tuple(parse_cli_filter(f) for f in filter_ or ()),
             )
-        except ValueError as exc:
-            raise InputError(describe_validation(exc)) from exc
-        result: SearchResult = dep.store.search(principal, request)
-        dep.close()
-        return result
+        finally:
+            dep.close()
 
     result = _guard(run)
     if as_json:
-        _emit(result.model_dump(mode="json"))
+        _emit(result.as_dict())
         return
     _print_result(result)
 
 
-def _print_result(result: SearchResult) -> None:
+def _print_result(result: GovernedResult) -> None:
     out = Console(soft_wrap=True)
-    if not result.results:
-        out.print("no results you may read")
+    err.print(f"request {result.request_id}, session {result.session_id}, "
+              f"route {result.route_id}", highlight=False)  # fmt: skip
+    if not result.decisions:
+        out.print(f"route {result.route_id!r} retrieves nothing (mode none or empty scope)")
+    for d in result.decisions:
+        if d.verdict != "ALLOW":
+            why = d.reason.replace("_", " ")
+            out.print(f"[red]DENY[/] {d.corpus}: {why} ({d.policy_version}, audit {d.audit_id})",
+                      highlight=False)  # fmt: skip
+    allowed = [d.corpus for d in result.decisions if d.verdict == "ALLOW"]
+    if allowed and not result.results:
+        out.print(f"no results you may read in {', '.join(allowed)}")
     for rank, hit in enumerate(result.results, start=1):
         snippet = " ".join(hit.text.split())[:160]
         out.print(
@@ -344,11 +390,11 @@ def config_check(deployment: DeploymentOpt = None, as_json: JsonOpt = False) -> 
 
     Exit 0 when there is no error (warnings allowed), 2 otherwise.
     """
-    from govrag.routes import check_config
-    from govrag.settings import find_deployment
+    from govrag.deployment import check_deployment
+    from govrag.settings import load_settings
 
-    root = _guard(lambda: find_deployment(deployment))
-    config, problems = _guard(lambda: check_config(root))
+    settings = _guard(lambda: load_settings(deployment))
+    config, problems = _guard(lambda: check_deployment(settings))
     errors = [p for p in problems if not p.warning]
     if as_json:
         _emit(

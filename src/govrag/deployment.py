@@ -13,9 +13,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from govrag.agent import GovernedSearch
 from govrag.embed import get_embedder
 from govrag.embed.base import Embedder
 from govrag.errors import ConfigError, NotFoundError, describe_validation
+from govrag.gateway import Gateway
+from govrag.policy.pdp import CedarPDP
+from govrag.policy.pep import PolicyEnforcementPoint
+from govrag.routes.config import DeploymentConfig, Problem, check_config, load_config
+from govrag.routes.session import Sessions
 from govrag.settings import CONFIG_FILE, PRINCIPALS_FILE, Settings, load_settings
 from govrag.store import KnowledgeStore, open_store
 from govrag.types import Principal
@@ -87,25 +93,175 @@ class Deployment:
                 store.describe_corpus(self.settings.default_tenant, corpus_id, corpus.description)
         return store
 
+    @cached_property
+    def config(self) -> DeploymentConfig:
+        """Routes, manifests, workflows and policy bundles; every error at once otherwise."""
+        config = load_config(self.settings.deployment)
+        problems = settings_problems(self.settings, config)
+        if problems:
+            raise ConfigError("\n".join(map(str, problems)))
+        return config
+
+    @cached_property
+    def pdps(self) -> dict[str, CedarPDP]:
+        """One PDP per policy bundle, by bundle name and by each profile it serves."""
+        out: dict[str, CedarPDP] = {}
+        for bundle in self.config.bundles.values():
+            pdp = CedarPDP(bundle, timeout_s=self.settings.policy.timeout_s)
+            out.update(dict.fromkeys((bundle.name, *bundle.profiles), pdp))
+        return out
+
+    @cached_property
+    def pep(self) -> PolicyEnforcementPoint:
+        return PolicyEnforcementPoint(
+            self.pdps,
+            self.store,
+            gateway=Gateway(self.store),
+            default_profile=self.settings.policy.bundle,
+            corpus_classification={
+                cid: c.classification for cid, c in self.settings.corpora.items()
+            },
+        )
+
+    @cached_property
+    def governed(self) -> GovernedSearch:
+        """Governed retrieves: sessions on this deployment's routes, every corpus PEP-gated."""
+        sessions = Sessions(self.store, self.config, default_route=self.settings.default_route)
+        return GovernedSearch(sessions, self.pep)
+
+    def unrouted_corpora(self, tenant: str) -> list[str]:
+        """Corpora of ``tenant`` that no route may search (so every retrieve of them is
+        denied); empty when the deployment's config does not load."""
+        try:
+            scoped = {c for r in self.config.routes.values() for c in r.retrieval.scope}
+        except ConfigError:
+            return []
+        return [c for c, _ in self.store.list_corpora(tenant) if c not in scoped]
+
     def close(self) -> None:
+        for pdp in set(self.__dict__.get("pdps", {}).values()):
+            pdp.close()
         if "store" in self.__dict__:
             self.store.close()
 
 
+def settings_problems(settings: Settings, config: DeploymentConfig) -> list[Problem]:
+    """What ``govrag.toml`` names that the deployment's routes and policies do not have."""
+    out = []
+    if settings.default_route is not None and settings.default_route not in config.routes:
+        known = ", ".join(repr(r) for r in sorted(config.routes)) or "none"
+        out.append(
+            Problem(
+                CONFIG_FILE,
+                "default_route",
+                f"{settings.default_route!r} is not a route in routes/ (known: {known}); "
+                "name one of them",
+            )
+        )
+    if config.bundle_for(settings.policy.bundle) is None:
+        known = ", ".join(repr(b) for b in sorted(config.bundles))
+        out.append(
+            Problem(
+                CONFIG_FILE,
+                "policy.bundle",
+                f"no policy bundle {settings.policy.bundle!r} (known: {known}); name a bundle "
+                "in policies/ or the built-in 'pgar.retrieval.corpus'",
+            )
+        )
+    return out
+
+
+def check_deployment(settings: Settings) -> tuple[DeploymentConfig | None, list[Problem]]:
+    """Every problem of the deployment's files and of what ``govrag.toml`` names in them."""
+    config, problems = check_config(settings.deployment)
+    if config is not None:
+        problems += settings_problems(settings, config)
+    return (config if not any(not p.warning for p in problems) else None), problems
+
+
+#: The tools every scaffolded deployment offers (seed 003's three).
+RETRIEVAL_MANIFEST: dict[str, Any] = {
+    "manifest_id": "retrieval",
+    "version": "1",
+    "tools": [
+        {
+            "name": "retrieve_documents",
+            "description": "Search one corpus for passages relevant to a query.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "corpus": {"type": "string", "description": "A corpus id from list_corpora"},
+                    "query": {"type": "string", "description": "What to look for"},
+                },
+                "required": ["corpus", "query"],
+                "additionalProperties": False,
+            },
+            "pdp_action": "retrieve_documents",
+            "risk_tier": "low",
+            "kind": "retrieve",
+        },
+        {
+            "name": "list_corpora",
+            "description": "List the corpora you may search, with their descriptions.",
+            "parameters": {"type": "object", "properties": {}, "additionalProperties": False},
+            "pdp_action": "list_corpora",
+            "kind": "list",
+        },
+        {
+            "name": "get_document_metadata",
+            "description": "Title, source and dates of one document.",
+            "parameters": {
+                "type": "object",
+                "properties": {"doc_id": {"type": "string"}},
+                "required": ["doc_id"],
+                "additionalProperties": False,
+            },
+            "pdp_action": "get_document_metadata",
+            "kind": "metadata",
+        },
+    ],
+}
+
+
 def scaffold(
-    directory: Path, *, embedder: str, tenant: str = "default", force: bool = False
+    directory: Path,
+    *,
+    embedder: str,
+    tenant: str = "default",
+    corpora: tuple[str, ...] = (),
+    force: bool = False,
 ) -> list[Path]:
-    """Write a starter ``govrag.toml`` and ``principals.json``. Never overwrites without force."""
+    """Write a starter deployment: ``govrag.toml``, ``principals.json``, one tool route over
+    ``corpora`` (``routes/search.json``) and its manifest. Never overwrites without force."""
     directory.mkdir(parents=True, exist_ok=True)
     config = directory / CONFIG_FILE
     principals = directory / PRINCIPALS_FILE
-    for path in (config, principals):
+    route = directory / "routes" / "search.json"
+    manifest = directory / "manifests" / "retrieval.json"
+    for path in (config, principals, route, manifest):
         if path.exists() and not force:
             raise ConfigError(f"{path} already exists; pass --force to overwrite it")
+    route.parent.mkdir(exist_ok=True)
+    manifest.parent.mkdir(exist_ok=True)
+    route.write_text(
+        json.dumps(
+            {
+                "route_id": "search",
+                "intent": "search",
+                "tool_manifest": "retrieval",
+                "retrieval": {"mode": "tool", "scope": list(corpora)},
+            },
+            indent=2,
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+    manifest.write_text(json.dumps(RETRIEVAL_MANIFEST, indent=2) + "\n", encoding="utf-8")
     config.write_text(
         f"""# govrag deployment settings.
 # Environment variables override them: GOVRAG_<SECTION>__<KEY>.
 default_tenant = "{tenant}"
+default_route = "search"       # routes/search.json; `govrag search --route ID` picks another
 
 [store]
 url = "sqlite:///govrag.db"   # relative to this directory
@@ -130,9 +286,14 @@ chunk_tokens = 300
 section_tokens = 1200
 max_text_bytes = 2000000
 
-# Describe corpora for the model (shown by list_corpora):
+[policy]
+bundle = "pgar.retrieval.corpus"   # built-in: needs "<corpus>:read" in doc_entitlements
+timeout_s = 2.0
+
+# Describe corpora for the model (shown by list_corpora) and classify them as a whole:
 # [corpora.policy-engine]
 # description = "Bank policies: limits, approvals, controls"
+# classification = "internal"     # callers below this clearance are denied the corpus
 """,
         encoding="utf-8",
     )
@@ -145,7 +306,7 @@ max_text_bytes = 2000000
                         "email": "ana@bank.example",
                         "tenant": tenant,
                         "roles": ["analyst"],
-                        "doc_entitlements": [],
+                        "doc_entitlements": [f"{c}:read" for c in corpora],
                         "clearance": "internal",
                     }
                 ]
@@ -155,4 +316,4 @@ max_text_bytes = 2000000
         + "\n",
         encoding="utf-8",
     )
-    return [config, principals]
+    return [config, principals, route, manifest]

@@ -13,7 +13,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -21,6 +21,7 @@ from pydantic_settings import (
 )
 
 from govrag.errors import ConfigError, describe_validation
+from govrag.types import Classification
 
 CONFIG_FILE = "govrag.toml"
 PRINCIPALS_FILE = "principals.json"
@@ -78,7 +79,24 @@ class IngestSettings(_Section):
 
 
 class CorpusSettings(_Section):
+    #: Shown to the model by ``list_corpora``.
     description: str = ""
+    #: The corpus as a whole: a caller needs at least this clearance to search it at all
+    #: (the PDP's classification rule). Each document's own classification still applies.
+    classification: Classification = Classification.PUBLIC
+
+    @field_validator("classification", mode="before")
+    @classmethod
+    def _parse(cls, value: object) -> Classification:
+        return Classification.parse(value)
+
+
+class PolicySettings(_Section):
+    #: The policy bundle deciding for routes without a ``policy_profile``: a bundle in
+    #: ``policies/`` or the built-in ``pgar.retrieval.corpus``.
+    bundle: str = "pgar.retrieval.corpus"
+    #: Longest a decision may take; past it the decision is DENY (``policy_error``).
+    timeout_s: float = Field(default=2.0, gt=0.0, le=60.0)
 
 
 class Settings(BaseSettings):
@@ -90,11 +108,14 @@ class Settings(BaseSettings):
 
     deployment: Path = Path(".")
     default_tenant: str = "default"
+    #: The route ``govrag search`` and sessions use when the caller names none.
+    default_route: str | None = None
     store: StoreSettings = StoreSettings()
     embedder: EmbedderSettings = EmbedderSettings()
     search: SearchSettings = SearchSettings()
     ingest: IngestSettings = IngestSettings()
     corpora: dict[str, CorpusSettings] = {}
+    policy: PolicySettings = PolicySettings()
 
     @classmethod
     def settings_customise_sources(

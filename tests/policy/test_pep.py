@@ -188,6 +188,21 @@ def test_a_pdp_fault_is_deny_and_searches_nothing(
     pdp.close()
 
 
+def test_a_profile_no_bundle_serves_is_deny_not_a_fallback(store: SQLiteStore) -> None:
+    pdp = CedarPDP(default_bundle())
+    pep = PolicyEnforcementPoint({"pgar.retrieval.corpus": pdp}, store)
+    spy = Spy(store, "req-1")
+    proposal = Proposal("retrieve_documents", "retrieve_documents", "policy-engine", "q")
+    done = pep.enforce(OFFICER, TOOL, proposal, spy, route_id="r", request_id="req-1",
+                       session_id="s-1", policy_profile="gone")  # fmt: skip
+    assert (done.decision.verdict, done.decision.reason, spy.calls) == ("DENY", "policy_error", 0)
+    assert "no policy bundle serves profile 'gone'" in done.decision.detail
+    # Without a profile the default decides (the seed's officer may read policy-engine).
+    assert pep.enforce(OFFICER, TOOL, proposal, spy, route_id="r", request_id="req-2",
+                       session_id="s-1").decision.allowed  # fmt: skip
+    pdp.close()
+
+
 def lock_database(path: Path) -> sqlite3.Connection:
     other = sqlite3.connect(path, isolation_level=None)
     other.execute("BEGIN EXCLUSIVE")

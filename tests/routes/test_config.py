@@ -68,7 +68,8 @@ def deployment(tmp_path: Path) -> Path:
     write(tmp_path / "manifests" / "msa.json", MANIFEST)
     write(tmp_path / "workflows" / "msa.json", WORKFLOW)
     write(tmp_path / "policies" / "pgar" / "bundle.json",
-          {"name": "pgar.retrieval.corpus", "version": "v2"})  # fmt: skip
+          {"name": "pgar.retrieval.corpus", "version": "v2",
+           "profiles": ["read_only_standard"]})  # fmt: skip
     write(tmp_path / "policies" / "pgar" / "retrieval.cedar", POLICY)
     return tmp_path
 
@@ -149,6 +150,12 @@ REJECTIONS: list[tuple[str, Callable[[Path], None], str, str, str]] = [
      "policies/pgar/retrieval.cedar", "", "is not valid Cedar"),
     ("bundle without bundle.json", lambda root: (root / "policies" / "pgar" / "bundle.json")
      .unlink(), "policies/pgar", "", "has no bundle.json"),
+    ("unknown policy profile", route(1, policy_profile="read_write_all"),
+     "routes/routes.json", "policy_profile", "no policy bundle 'read_write_all' in policies/"),
+    ("profile served twice", lambda root: write(root / "policies" / "zz" / "bundle.json",
+        {"name": "other", "version": "v1", "profiles": ["read_only_standard"]}) or write(
+        root / "policies" / "zz" / "p.cedar", POLICY),
+     "policies/zz/bundle.json", "profiles", "'read_only_standard' is already served"),
 ]  # fmt: skip
 
 
@@ -189,6 +196,13 @@ def test_warnings_do_not_stop_loading(
     assert all(p.path == "routes/routes.json" for p in config.warnings)
 
 
+def test_a_policy_profile_names_a_bundle_or_a_profile_it_serves(deployment: Path) -> None:
+    config = load_config(deployment)
+    assert config.bundle_for("read_only_standard") is config.bundles["pgar.retrieval.corpus"]
+    assert config.bundle_for("pgar.retrieval.corpus") is config.bundles["pgar.retrieval.corpus"]
+    assert config.bundle_for("nope") is None
+
+
 def test_every_problem_is_reported_at_once(deployment: Path) -> None:
     for i in (3, 4, 9, 12):  # duplicate route, missing manifest, bad schema, bad Cedar
         REJECTIONS[i][1](deployment)
@@ -198,7 +212,9 @@ def test_every_problem_is_reported_at_once(deployment: Path) -> None:
 
 def test_an_empty_deployment_is_valid(tmp_path: Path) -> None:
     config = load_config(tmp_path)
-    assert (config.routes, config.bundles) == ({}, {})
+    assert config.routes == {}
+    # The built-in bundle is always there, so a route may omit policy_profile.
+    assert list(config.bundles) == ["pgar.retrieval.corpus"]
 
 
 def govrag(*args: str) -> subprocess.CompletedProcess[str]:

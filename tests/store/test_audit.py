@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from govrag.errors import StoreError
+from govrag.errors import InputError, StoreError
 from govrag.store.audit import GENESIS
 from govrag.store.protocol import KnowledgeStore
 
@@ -127,3 +127,19 @@ def test_dropping_a_tenant_keeps_its_audit_trail(store: KnowledgeStore) -> None:
     assert store.acl_epoch("t1") > epoch  # epochs never repeat for cached results
     append(store, 1)
     assert store.verify_audit("t1").events == 3
+
+
+def test_a_session_and_its_pinning_event_commit_together(store: KnowledgeStore) -> None:
+    append(store, 1)
+    pin = {"sub": "ana", "route_id": "qa", "retrieval_json": '{"mode":"tool","scope":["a"]}',
+           "route_table_version": "sha256:1", "request_id": "r9"}  # fmt: skip
+    row, event = store.create_session("t1", "ses-1", **pin)
+    assert store.get_session("t1", "ses-1") == row
+    assert (event.kind, event.session_id, event.request_id, event.seq) == (
+        "route_pinned", "ses-1", "r9", 2)  # fmt: skip
+    assert event.payload["retrieval"] == {"mode": "tool", "scope": ["a"]}
+    # A session id is pinned once; the refused second pin writes no event either.
+    with pytest.raises(InputError, match="already exists"):
+        store.create_session("t1", "ses-1", **{**pin, "route_id": "other"})
+    assert [e.kind for e in store.audit_events("t1")] == ["pep_decision", "route_pinned"]
+    assert store.get_session("t1", "ses-1") == row and store.verify_audit("t1").ok

@@ -145,10 +145,15 @@ def write_deployment(root: Path, db: str) -> Path:
     dep.mkdir()
     app = db.replace("://postgres", f"://{PG_APP_ROLE}", 1)
     (dep / "govrag.toml").write_text(
-        f'default_tenant = "t1"\n[store]\nurl = "{app}"\nadmin_url = "{db}"\n'
-        '[embedder]\nname = "hash"\ndim = 64\n'
+        f'default_tenant = "t1"\ndefault_route = "search"\n[store]\nurl = "{app}"\n'
+        f'admin_url = "{db}"\n[embedder]\nname = "hash"\ndim = 64\n'
     )
-    principals = [{"sub": "ana", "email": "ana@x.example", "tenant": "t1"}]
+    (dep / "routes").mkdir()
+    route = {"route_id": "search", "retrieval": {"mode": "tool", "scope": ["main"]}}
+    (dep / "routes" / "search.json").write_text(json.dumps(route))
+    principals = [
+        {"sub": "ana", "email": "ana@x.example", "tenant": "t1", "doc_entitlements": ["main:read"]}
+    ]
     (dep / "principals.json").write_text(json.dumps({"principals": principals}))
     return dep
 

@@ -12,31 +12,17 @@ import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from govrag.policy.sarac import Decision, Reason, SaracRequest
-from govrag.routes.config import PolicyBundle
+from govrag.routes.config import DEFAULT_BUNDLE, PolicyBundle, default_bundle
 
 log = logging.getLogger("govrag.policy")
+__all__ = ["DEFAULT_BUNDLE", "CedarPDP", "cedar_request", "default_bundle", "entities"]
 
-DEFAULT_BUNDLE = "pgar.retrieval.corpus"
 #: How long one decision may take before it is a DENY.
 DEFAULT_TIMEOUT_S = 2.0
 _REASONS: set[str] = {"no_entitlement", "tenant", "classification"}
-
-
-def default_bundle() -> PolicyBundle:
-    """The bundle shipped with govrag (``pgar.retrieval.corpus`` v2)."""
-    root = resources.files("govrag.policy") / "bundles" / DEFAULT_BUNDLE
-    info = json.loads((root / "bundle.json").read_text(encoding="utf-8"))
-    return PolicyBundle(
-        name=info["name"],
-        version=info["version"],
-        path=Path(str(root)),
-        policies=(root / "retrieval.cedar").read_text(encoding="utf-8"),
-    )
 
 
 def entities(request: SaracRequest) -> list[dict[str, Any]]:

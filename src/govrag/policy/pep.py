@@ -24,12 +24,13 @@ from typing import Generic, TypeVar
 
 from pydantic import ValidationError
 
-from govrag.errors import describe_validation
+from govrag.errors import GovragError, describe_validation
+from govrag.gateway import Gateway
 from govrag.policy.pdp import CedarPDP
 from govrag.policy.sarac import Decision, SaracRequest
 from govrag.routes.models import Retrieval
 from govrag.store.protocol import KnowledgeStore
-from govrag.types import Classification, Principal
+from govrag.types import Classification, Principal, SearchRequest, SearchResult
 
 log = logging.getLogger("govrag.policy")
 T = TypeVar("T")
@@ -59,18 +60,54 @@ class Enforced(Generic[T]):
 
 
 class PolicyEnforcementPoint:
-    """Gates every retrieve of a deployment."""
+    """Gates every retrieve of a deployment.
+
+    ``pdp`` is one PDP, or PDPs by policy profile (a bundle's name and each profile it
+    serves); ``default_profile`` decides for routes that name none. A profile without a PDP
+    is a DENY (``policy_error``), never a fallback to another bundle.
+    """
 
     def __init__(
         self,
-        pdp: CedarPDP,
+        pdp: CedarPDP | Mapping[str, CedarPDP],
         audit: KnowledgeStore,
         *,
+        gateway: Gateway | None = None,
+        default_profile: str | None = None,
         corpus_classification: Mapping[str, Classification] | None = None,
     ) -> None:
-        self.pdp = pdp
+        self.pdps = {pdp.bundle.name: pdp} if isinstance(pdp, CedarPDP) else dict(pdp)
+        self.default_profile = default_profile or next(iter(self.pdps), "")
         self.audit = audit
+        self.gateway = gateway
         self.corpus_classification = dict(corpus_classification or {})
+
+    def retrieve(
+        self,
+        principal: Principal,
+        retrieval: Retrieval,
+        proposal: Proposal,
+        request: SearchRequest,
+        *,
+        route_id: str,
+        request_id: str,
+        session_id: str,
+        policy_profile: str | None = None,
+    ) -> Enforced[SearchResult]:
+        """:meth:`enforce` with the gateway's search of ``proposal.corpus`` downstream."""
+        gateway = self.gateway
+        if gateway is None:
+            raise GovragError("this PolicyEnforcementPoint has no gateway to forward to")
+        return self.enforce(
+            principal,
+            retrieval,
+            proposal,
+            lambda: gateway.search(principal, proposal.corpus, request),
+            route_id=route_id,
+            request_id=request_id,
+            session_id=session_id,
+            policy_profile=policy_profile,
+        )
 
     def enforce(
         self,
@@ -82,9 +119,10 @@ class PolicyEnforcementPoint:
         route_id: str,
         request_id: str,
         session_id: str,
+        policy_profile: str | None = None,
     ) -> Enforced[T]:
         """Decide, commit the decision, and run ``downstream`` only after a committed ALLOW."""
-        decision = self._decide(principal, retrieval, proposal, route_id)
+        decision = self._decide(principal, retrieval, proposal, route_id, policy_profile)
         record: dict[str, object] = {
             "verdict": decision.verdict,
             "reason": decision.reason,
@@ -116,7 +154,12 @@ class PolicyEnforcementPoint:
         return Enforced(decision, event.event_id, downstream())
 
     def _decide(
-        self, principal: Principal, retrieval: Retrieval, proposal: Proposal, route_id: str
+        self,
+        principal: Principal,
+        retrieval: Retrieval,
+        proposal: Proposal,
+        route_id: str,
+        policy_profile: str | None = None,
     ) -> Decision:
         try:
             if retrieval.mode == "none" or proposal.corpus not in retrieval.scope:
@@ -126,6 +169,11 @@ class PolicyEnforcementPoint:
                     NO_POLICY,
                     f"corpus {proposal.corpus!r} is not in the scope of route {route_id!r}",
                 )
+            profile = policy_profile or self.default_profile
+            pdp = self.pdps.get(profile)
+            if pdp is None:
+                return Decision("DENY", "policy_error", NO_POLICY,
+                                f"no policy bundle serves profile {profile!r}")  # fmt: skip
             request = SaracRequest.model_validate(
                 {
                     "subject": {
@@ -156,4 +204,4 @@ class PolicyEnforcementPoint:
                             f"malformed request: {describe_validation(exc)}")  # fmt: skip
         except Exception as exc:  # any fault is DENY
             return Decision("DENY", "policy_error", NO_POLICY, f"{type(exc).__name__}: {exc}")
-        return self.pdp.decide(request)
+        return pdp.decide(request)

@@ -57,6 +57,8 @@ class PolicyBundle:
     #: Every ``*.cedar`` file of the bundle, concatenated in name order.
     policies: str
     schema: str | None = None
+    #: Route ``policy_profile`` names this bundle serves besides its own name.
+    profiles: tuple[str, ...] = ()
 
     @property
     def policy_version(self) -> str:
@@ -73,6 +75,16 @@ class DeploymentConfig:
     warnings: tuple[Problem, ...] = ()
     #: Content hash of the route table: a session records the version it pinned.
     route_table_version: str = field(default="")
+
+    def bundle_for(self, profile: str) -> PolicyBundle | None:
+        """The bundle a route's ``policy_profile`` (a bundle name or a declared profile) names."""
+        return _bundle_for(self.bundles, profile)
+
+
+def _bundle_for(bundles: dict[str, PolicyBundle], profile: str) -> PolicyBundle | None:
+    if profile in bundles:
+        return bundles[profile]
+    return next((b for b in bundles.values() if profile in b.profiles), None)
 
 
 class _Collector:
@@ -179,43 +191,76 @@ def _check_tools(c: _Collector, manifests: dict[str, tuple[Manifest, Path]]) -> 
                 )
 
 
-def _load_bundles(c: _Collector) -> dict[str, PolicyBundle]:
+#: The bundle shipped with govrag; a ``policies/`` bundle of the same name replaces it.
+DEFAULT_BUNDLE = "pgar.retrieval.corpus"
+
+
+def _builtin_bundle_dir() -> Path:
+    from importlib import resources
+
+    return Path(str(resources.files("govrag.policy") / "bundles" / DEFAULT_BUNDLE))
+
+
+def default_bundle() -> PolicyBundle:
+    """The bundle shipped with govrag (``pgar.retrieval.corpus`` v2)."""
+    c = _Collector(_builtin_bundle_dir())
+    bundle = _read_bundle(c, c.root)
+    if bundle is None:  # a broken installation, not a user error
+        raise ConfigError(f"the built-in policy bundle is damaged: {c.problems}")
+    return bundle
+
+
+def _read_bundle(c: _Collector, directory: Path) -> PolicyBundle | None:
     import cedarpy
 
+    meta = directory / "bundle.json"
+    if not meta.is_file():
+        c.add(directory, "", 'has no bundle.json; add {"name": ..., "version": ...}')
+        return None
+    data = c.read_json(meta)
+    info = c.model(BundleInfo, data, meta) if data is not None else None
+    files = sorted(directory.glob("*.cedar"))
+    if not files:
+        c.add(directory, "", "holds no *.cedar policy file")
+    texts = []
+    for file in files:
+        text = file.read_text(encoding="utf-8")
+        try:
+            cedarpy.policies_to_json_str(text)
+        except ValueError as exc:
+            c.add(file, "", f"is not valid Cedar: {exc}")
+        texts.append(text)
+    schemas = sorted(directory.glob("*.cedarschema"))
+    schema = schemas[0].read_text(encoding="utf-8") if schemas else None
+    if info is None or not files:
+        return None
+    return PolicyBundle(
+        info.name, info.version, directory, "\n".join(texts), schema, tuple(info.profiles)
+    )
+
+
+def _load_bundles(c: _Collector) -> dict[str, PolicyBundle]:
     bundles: dict[str, PolicyBundle] = {}
     base = c.root / "policies"
     for directory in sorted(p for p in base.iterdir() if p.is_dir()) if base.is_dir() else []:
-        meta = directory / "bundle.json"
-        if not meta.is_file():
-            c.add(directory, "", 'has no bundle.json; add {"name": ..., "version": ...}')
+        bundle = _read_bundle(c, directory)
+        if bundle is None:
             continue
-        data = c.read_json(meta)
-        info = c.model(BundleInfo, data, meta) if data is not None else None
-        files = sorted(directory.glob("*.cedar"))
-        if not files:
-            c.add(directory, "", "holds no *.cedar policy file")
-        texts = []
-        for file in files:
-            text = file.read_text(encoding="utf-8")
-            try:
-                cedarpy.policies_to_json_str(text)
-            except ValueError as exc:
-                c.add(file, "", f"is not valid Cedar: {exc}")
-            texts.append(text)
-        schemas = sorted(directory.glob("*.cedarschema"))
-        schema = schemas[0].read_text(encoding="utf-8") if schemas else None
-        if info is None or not files:
+        if bundle.name in bundles:
+            c.add(directory / "bundle.json", "name", f"duplicate bundle name {bundle.name!r}")
             continue
-        if info.name in bundles:
-            c.add(meta, "name", f"duplicate bundle name {info.name!r}")
-            continue
-        bundles[info.name] = PolicyBundle(
-            name=info.name,
-            version=info.version,
-            path=directory,
-            policies="\n".join(texts),
-            schema=schema,
-        )
+        for profile in bundle.profiles:
+            other = _bundle_for(bundles, profile)
+            if other is not None:
+                c.add(
+                    directory / "bundle.json",
+                    "profiles",
+                    f"profile {profile!r} is already served by bundle {other.name!r}; "
+                    "a profile names one bundle",
+                )
+        bundles[bundle.name] = bundle
+    if DEFAULT_BUNDLE not in bundles:
+        bundles[DEFAULT_BUNDLE] = default_bundle()
     return bundles
 
 
@@ -224,8 +269,18 @@ def _cross_check(
     routes: dict[str, tuple[Route, Path]],
     manifests: dict[str, tuple[Manifest, Path]],
     workflows: dict[str, tuple[Workflow, Path]],
+    bundles: dict[str, PolicyBundle],
 ) -> None:
     for route, path in routes.values():
+        profile = route.policy_profile
+        if profile is not None and _bundle_for(bundles, profile) is None:
+            c.add(
+                path,
+                "policy_profile",
+                _missing("policy bundle", profile, bundles, "policies/")
+                + '; name a bundle (or a profile its bundle.json lists under "profiles"), '
+                "or omit policy_profile to use the deployment's [policy] bundle",
+            )
         retrieval = route.retrieval
         scope = set(retrieval.scope)
         manifest = None
@@ -313,7 +368,7 @@ def check_config(root: Path) -> tuple[DeploymentConfig | None, list[Problem]]:
     workflows = _load_keyed(c, "workflows", Workflow, "workflow_id")
     _check_tools(c, manifests)
     bundles = _load_bundles(c)
-    _cross_check(c, routes, manifests, workflows)
+    _cross_check(c, routes, manifests, workflows, bundles)
     if any(not p.warning for p in c.problems):
         return None, c.problems
     table = json.dumps(

@@ -123,3 +123,5 @@ class BundleInfo(_Model):
 
     name: Ident
     version: Ident
+    #: Route ``policy_profile`` names this bundle serves (besides its name).
+    profiles: tuple[Ident, ...] = ()

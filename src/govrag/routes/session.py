@@ -43,7 +43,12 @@ def select_route(
     default_route: str | None = None,
 ) -> Route:
     """The intent router: explicit route, else a rule on ``intent``, else the default."""
-    known = ", ".join(repr(r) for r in sorted(config.routes)) or "none"
+    if not config.routes:
+        raise NotFoundError(
+            "the deployment has no routes, so nothing may be retrieved: add a route row in "
+            "routes/*.json (`govrag init DIR --corpus ID` scaffolds one)"
+        )
+    known = ", ".join(repr(r) for r in sorted(config.routes))
     if route_id is not None:
         route = config.routes.get(route_id)
         if route is None:
@@ -94,15 +99,8 @@ class Sessions:
             route_id=route.route_id,
             retrieval_json=canonical(retrieval),
             route_table_version=self.config.route_table_version,
-        )
-        self.store.append_audit(
-            principal.tenant,
-            "route_pinned",
-            {"sub": principal.sub, "route_id": route.route_id, "retrieval": retrieval,
-             "route_table_version": self.config.route_table_version},
             request_id=request_id,
-            session_id=session_id,
-        )  # fmt: skip
+        )
         return Session(session_id, principal, route.route_id, route.retrieval,
                        self.config.route_table_version)  # fmt: skip
 

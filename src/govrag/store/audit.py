@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from govrag.store.dialect import Conn
 from govrag.store.schema import now_iso
 from govrag.store.sql_base import SQLBase
 
@@ -137,35 +138,45 @@ class SQLAudit(SQLBase):
         in which case nothing was written."""
         with self._audit_tx(tenant) as conn:
             self._ensure_tenant(conn, tenant)
-            # Takes the tenant row's lock until commit: one writer per chain at a time.
-            seq, prev = conn.execute(
-                "UPDATE tenants SET audit_seq = audit_seq + 1 WHERE tenant_id = ? "
-                "RETURNING audit_seq, audit_head",
-                (tenant,),
-            ).fetchone()
-            draft = AuditEvent(
-                tenant=tenant,
-                seq=int(seq),
-                event_id=f"aud-{secrets.token_hex(8)}",
-                request_id=request_id,
-                session_id=session_id,
-                kind=kind,
-                payload_json=canonical(payload),
-                created_at=now_iso(),
-                prev_hash=prev or GENESIS,
-                hash="",
-            )
-            event = AuditEvent(**{**draft.__dict__, "hash": draft.expected_hash()})
-            conn.execute(
-                f"INSERT INTO audit_events({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    tenant, event.seq, event.event_id, event.request_id, event.session_id,
-                    event.kind, event.payload_json, event.created_at, event.prev_hash, event.hash,
-                ),
-            )  # fmt: skip
-            conn.execute(
-                "UPDATE tenants SET audit_head = ? WHERE tenant_id = ?", (event.hash, tenant)
-            )
+            return self._append_event(conn, tenant, kind, payload, request_id, session_id)
+
+    def _append_event(
+        self,
+        conn: Conn,
+        tenant: str,
+        kind: str,
+        payload: dict[str, Any],
+        request_id: str,
+        session_id: str,
+    ) -> AuditEvent:
+        """Chain one event inside the caller's (audit) transaction."""
+        # Takes the tenant row's lock until commit: one writer per chain at a time.
+        seq, prev = conn.execute(
+            "UPDATE tenants SET audit_seq = audit_seq + 1 WHERE tenant_id = ? "
+            "RETURNING audit_seq, audit_head",
+            (tenant,),
+        ).fetchone()
+        draft = AuditEvent(
+            tenant=tenant,
+            seq=int(seq),
+            event_id=f"aud-{secrets.token_hex(8)}",
+            request_id=request_id,
+            session_id=session_id,
+            kind=kind,
+            payload_json=canonical(payload),
+            created_at=now_iso(),
+            prev_hash=prev or GENESIS,
+            hash="",
+        )
+        event = AuditEvent(**{**draft.__dict__, "hash": draft.expected_hash()})
+        conn.execute(
+            f"INSERT INTO audit_events({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                tenant, event.seq, event.event_id, event.request_id, event.session_id,
+                event.kind, event.payload_json, event.created_at, event.prev_hash, event.hash,
+            ),
+        )  # fmt: skip
+        conn.execute("UPDATE tenants SET audit_head = ? WHERE tenant_id = ?", (event.hash, tenant))
         return event
 
     def audit_events(self, tenant: str, *, request_id: str | None = None) -> list[AuditEvent]:

@@ -21,7 +21,6 @@ from typing import Any
 
 from govrag.embed.base import Embedder, FloatArray
 from govrag.settings import SearchSettings
-from govrag.store.audit import SQLAudit
 from govrag.store.pg_base import PgBase, describe_server
 from govrag.store.records import AccessScope, token_pair
 from govrag.store.sessions import SQLSessions
@@ -45,7 +44,7 @@ _FROM_CHUNKS = (
 )
 
 
-class PostgresStore(SQLReads, SQLWrites, SQLAudit, SQLSessions, PgBase):
+class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
     """Knowledge store on a PostgreSQL database with pgvector >= 0.8."""
 
     backend = "postgres"

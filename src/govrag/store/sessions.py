@@ -1,12 +1,17 @@
-"""Pinned sessions in the truth store, so any process can serve a session."""
+"""Pinned sessions in the truth store, so any process can serve a session.
+
+A session row and its ``route_pinned`` audit event commit in one transaction: no session
+exists that the audit log does not show being pinned.
+"""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from govrag.errors import InputError
+from govrag.store.audit import AuditEvent, SQLAudit
 from govrag.store.schema import now_iso
-from govrag.store.sql_base import SQLBase
 
 
 @dataclass(frozen=True)
@@ -21,7 +26,7 @@ class SessionRow:
     created_at: str
 
 
-class SQLSessions(SQLBase):
+class SQLSessions(SQLAudit):
     def create_session(
         self,
         tenant: str,
@@ -31,11 +36,13 @@ class SQLSessions(SQLBase):
         route_id: str,
         retrieval_json: str,
         route_table_version: str,
-    ) -> SessionRow:
-        """Pin a session; a session id is used once (a second pin is refused)."""
+        request_id: str,
+    ) -> tuple[SessionRow, AuditEvent]:
+        """Pin a session and audit it (``route_pinned``) in one durable transaction; a
+        session id is used once (a second pin is refused)."""
         row = SessionRow(tenant, session_id, sub, route_id, retrieval_json,
                          route_table_version, now_iso())  # fmt: skip
-        with self._tx(tenant) as conn:
+        with self._audit_tx(tenant) as conn:
             self._ensure_tenant(conn, tenant)
             taken = conn.execute(
                 "SELECT 1 FROM sessions WHERE tenant_id = ? AND session_id = ?",
@@ -49,7 +56,10 @@ class SQLSessions(SQLBase):
                 (tenant, session_id, sub, route_id, retrieval_json, route_table_version,
                  row.created_at),
             )  # fmt: skip
-        return row
+            pinned = {"sub": sub, "route_id": route_id, "retrieval": json.loads(retrieval_json),
+                      "route_table_version": route_table_version}  # fmt: skip
+            event = self._append_event(conn, tenant, "route_pinned", pinned, request_id, session_id)
+        return row, event
 
     def get_session(self, tenant: str, session_id: str) -> SessionRow | None:
         rows = self._q(

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from govrag.embed.base import FloatArray
-from govrag.store.audit import SQLAudit
 from govrag.store.records import AccessScope
 from govrag.store.sessions import SQLSessions
 from govrag.store.sql_reads import SQLReads, leg_args
@@ -19,7 +18,7 @@ from govrag.store.sqlite_base import SQLiteBase
 from govrag.store.vectors import VectorIndex
 
 
-class SQLiteStore(SQLReads, SQLWrites, SQLAudit, SQLSessions, SQLiteBase):
+class SQLiteStore(SQLReads, SQLWrites, SQLSessions, SQLiteBase):
     """Knowledge store on one SQLite file (or ``:memory:``)."""
 
     backend = "sqlite"

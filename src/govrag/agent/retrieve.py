@@ -1,0 +1,181 @@
+"""A governed retrieve: a session on a route, then one PEP-gated call per corpus.
+
+This is what ``govrag search`` runs (and what the HTTP and MCP ``retrieve_documents`` tools
+will run): the caller proposes a query over some corpora; each corpus is its own proposal,
+its own PEP decision and audit record, and, only after a committed ALLOW, its own gateway
+search. A DENY yields no results for that corpus and says why, never whether matching
+documents exist. Results of the ALLOWed corpora are merged by score.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from govrag.errors import InputError, NotFoundError, describe_validation
+from govrag.policy.pep import Enforced, PolicyEnforcementPoint, Proposal
+from govrag.routes.session import Session, Sessions
+from govrag.types import (
+    HiddenMarker,
+    HiddenSource,
+    MetadataFilter,
+    Principal,
+    SearchHit,
+    SearchRequest,
+    SearchResult,
+    Strategy,
+)
+
+#: The tool a caller-made retrieve stands for; its ``pdp_action`` comes from the route's
+#: manifest when the manifest lists it.
+RETRIEVE_TOOL = "retrieve_documents"
+
+
+@dataclass(frozen=True)
+class CorpusDecision:
+    """The PEP's decision on one corpus, as the caller may see it."""
+
+    audit_id: str | None
+    corpus: str
+    verdict: str
+    policy_version: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class GovernedResult:
+    request_id: str
+    session_id: str
+    route_id: str
+    query: str
+    strategy: Strategy
+    results: tuple[SearchHit, ...]
+    hidden: HiddenMarker
+    decisions: tuple[CorpusDecision, ...]
+    truncated: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON shape of ``govrag search --json``."""
+        return {
+            "request_id": self.request_id,
+            "session_id": self.session_id,
+            "route_id": self.route_id,
+            "query": self.query,
+            "strategy": self.strategy.value,
+            "results": [h.model_dump(mode="json") for h in self.results],
+            "hidden": self.hidden.model_dump(mode="json"),
+            "truncated": self.truncated,
+            "decisions": [asdict(d) for d in self.decisions],
+        }
+
+
+class GovernedSearch:
+    """Runs caller-proposed retrieves of one deployment through sessions and the PEP."""
+
+    def __init__(self, sessions: Sessions, pep: PolicyEnforcementPoint) -> None:
+        self.sessions = sessions
+        self.pep = pep
+
+    def session(
+        self,
+        principal: Principal,
+        *,
+        request_id: str,
+        route_id: str | None = None,
+        session_id: str | None = None,
+    ) -> Session:
+        """Resume ``session_id`` (its route is pinned: naming another is refused and
+        audited), or open a session on ``route_id`` (default: the deployment's)."""
+        if session_id is None:
+            return self.sessions.open(principal, route_id=route_id, request_id=request_id)
+        session = self.sessions.resume(principal, session_id)
+        if route_id is not None and route_id != session.route_id:
+            self.sessions.change(session, request_id=request_id, route_id=route_id)
+        return session
+
+    def search(
+        self,
+        principal: Principal,
+        query: str,
+        *,
+        corpora: tuple[str, ...] | None = None,
+        route_id: str | None = None,
+        session_id: str | None = None,
+        strategy: Strategy = Strategy.HYBRID,
+        top_k: int = 10,
+        filters: tuple[MetadataFilter, ...] = (),
+    ) -> GovernedResult:
+        """One governed retrieve per corpus (default: every corpus in the route's scope)."""
+        try:
+            request = SearchRequest(query=query, strategy=strategy, top_k=top_k, filters=filters)
+        except ValidationError as exc:
+            raise InputError(describe_validation(exc)) from exc
+        request_id = f"req-{secrets.token_hex(8)}"
+        session = self.session(
+            principal, request_id=request_id, route_id=route_id, session_id=session_id
+        )
+        route = self.sessions.config.routes.get(session.route_id)
+        if route is None:  # withdrawn from the route table since the session pinned it
+            raise NotFoundError(
+                f"route {session.route_id!r} of session {session.session_id!r} is no longer "
+                "in the route table; open a new session"
+            )
+        manifest = self.sessions.config.manifests.get(route.tool_manifest)
+        tool = manifest.tool(RETRIEVE_TOOL) if manifest else None
+        action = tool.pdp_action if tool else RETRIEVE_TOOL
+        targets = corpora if corpora is not None else session.retrieval.scope
+        done: list[tuple[str, Enforced[SearchResult]]] = []
+        for corpus in dict.fromkeys(targets):  # each corpus once, in the caller's order
+            proposal = Proposal(tool=RETRIEVE_TOOL, action=action, corpus=corpus, query=query)
+            enforced = self.pep.retrieve(
+                principal,
+                session.retrieval,
+                proposal,
+                request,
+                route_id=session.route_id,
+                request_id=request_id,
+                session_id=session.session_id,
+                policy_profile=route.policy_profile,
+            )
+            done.append((corpus, enforced))
+        return _merge(request, request_id, session, done)
+
+
+def _merge(
+    request: SearchRequest,
+    request_id: str,
+    session: Session,
+    done: list[tuple[str, Enforced[SearchResult]]],
+) -> GovernedResult:
+    decisions = tuple(
+        CorpusDecision(
+            audit_id=e.audit_id,
+            corpus=corpus,
+            verdict=e.decision.verdict,
+            policy_version=e.decision.policy_version,
+            reason=e.decision.reason,
+        )
+        for corpus, e in done
+    )
+    allowed = [e.result for _, e in done if e.result is not None]
+    # One tenant's lexical index scores every corpus alike, and fused scores are rank-based,
+    # so per-corpus lists merge by score; ties keep the corpus order.
+    hits = sorted((h for r in allowed for h in r.results), key=lambda h: -h.score)
+    sources: dict[HiddenSource, None] = {}
+    for r in allowed:
+        sources.update(dict.fromkeys(r.hidden.sources))
+    hidden = HiddenMarker(present=any(r.hidden.present for r in allowed), sources=tuple(sources))
+    return GovernedResult(
+        request_id=request_id,
+        session_id=session.session_id,
+        route_id=session.route_id,
+        query=request.query,
+        strategy=request.strategy,
+        results=tuple(hits[: request.top_k]),
+        hidden=hidden,
+        decisions=decisions,
+        truncated=any(r.truncated for r in allowed),
+    )
