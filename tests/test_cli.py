@@ -140,7 +140,7 @@ def test_a_denied_corpus_is_reported_not_searched(deployment: Path) -> None:
                   "--corpus", "payroll")  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "DENY risk-models: no entitlement (pgar.retrieval.corpus/v2, audit " in done.stdout
-    assert "DENY payroll: out of scope (none, audit " in done.stdout
+    assert "DENY payroll: out of scope (audit aud-" in done.stdout
     assert "credit-model" not in done.stdout
     assert "request req-" in done.stderr and "route search" in done.stderr
 

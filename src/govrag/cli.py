@@ -245,7 +245,8 @@ def _print_result(result: GovernedResult) -> None:
     for d in result.decisions:
         if d.verdict != "ALLOW":
             why = d.reason.replace("_", " ")
-            out.print(f"[red]DENY[/] {d.corpus}: {why} ({d.policy_version}, audit {d.audit_id})",
+            policy = "" if d.policy_version == "none" else f"{d.policy_version}, "
+            out.print(f"[red]DENY[/] {d.corpus}: {why} ({policy}audit {d.audit_id})",
                       highlight=False)  # fmt: skip
     allowed = [d.corpus for d in result.decisions if d.verdict == "ALLOW"]
     if allowed and not result.results:

@@ -128,6 +128,28 @@ def test_a_walk_stopped_by_its_bound_says_truncated(pg_cluster: PgServer, db: st
     assert len(hits) < 5 and truncated  # fewer than exist, and the result says so
 
 
+def test_a_small_corpus_is_scored_exactly_for_a_broad_reader(pg_cluster: PgServer, db: str) -> None:
+    setup = make_pg_store(pg_cluster, db, None)
+    # ana reads all 3000, far more than the threshold, but the 6 of corpus "small" are few.
+    records = corpus(3000, readable_every=1)
+    records += [doc(f"s{i}", f"zebra orchard quantum {i}", ["g"], corpus="small")
+                for i in range(6)]  # fmt: skip
+    load(setup, records)
+    setup.close()
+    analyze(db)
+    store = make_pg_store(pg_cluster, db, None, exact_vector_threshold=100,
+                          hnsw_max_scan_tuples=1000)  # fmt: skip
+    result = store.search(
+        principal("ana@x.example"),
+        SearchRequest(query="credit risk report", strategy=Strategy.SEMANTIC, top_k=5,
+                      corpora=("small",)),
+    )  # fmt: skip
+    store.close()
+    # A walk would have been stopped by its bound long before reaching them (truncated).
+    assert len(result.results) == 5 and not result.truncated
+    assert {h.doc_id for h in result.results} <= {f"s{i}" for i in range(6)}
+
+
 def test_an_unbounded_enough_walk_is_not_truncated(pg_cluster: PgServer, db: str) -> None:
     setup = make_pg_store(pg_cluster, db, None)
     load(setup, corpus(600, readable_every=2))

@@ -6,7 +6,11 @@ its own tantivy index per tenant and applies the PostgreSQL outbox before it sea
 is PostgreSQL's own is the vector leg, in the database:
 
 - When the caller may read few vectors (at most ``exact_vector_threshold``, counted under
-  the same predicate), it scores them all: exact, and cheaper than walking a graph.
+  the same predicate), it scores them all: exact, and cheaper than walking a graph. Counting
+  a broad caller's readable vectors is itself costly (it joins ``threshold + 1`` of them), so
+  a cheap bound decides first: index-only counts of the caller's ACL rows and of the
+  requested corpora's documents, each stopped at the threshold. Only when one of them is
+  within it can the readable set be small, and only then is it counted.
 - Otherwise an HNSW index scan with ``hnsw.iterative_scan = strict_order``, the access
   predicate applied to every candidate inside the scan; ``hnsw.max_scan_tuples`` bounds the
   walk, and a walk stopped by it before finding ``limit`` rows is reported as truncated.
@@ -70,6 +74,50 @@ class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
             vector_dims=() if embedder is None else (embedder.dim,),
         )
 
+    def _may_be_few(
+        self,
+        conn: Any,
+        scope: AccessScope,
+        restricted: bool,
+        doc_ids: Sequence[int] | None,
+        cap: int,
+    ) -> bool:
+        """Whether the readable documents can number ``cap`` or fewer, from bounds that cost
+        an index-only scan of at most ``cap + 1`` entries each. Documents, not vectors: a
+        document has one vector or more, so a large bound means many vectors; a small one
+        is confirmed by the exact count."""
+        if doc_ids is not None and len(doc_ids) <= cap:
+            return True
+        counts = []
+        if restricted:
+            pairs = sorted(token_pair(t) for t in scope.tokens)
+            if not pairs:
+                return True  # reads nothing: the exact statement returns at once
+            counts.append(
+                (
+                    "SELECT 1 FROM doc_acl WHERE tenant_id = ? AND (source_system, "
+                    "principal_id) IN (VALUES " + ", ".join("(?, ?)" for _ in pairs) + ")",
+                    [scope.tenant, *(v for pair in pairs for v in pair)],
+                )
+            )
+        if scope.filter_corpora:
+            counts.append(
+                (
+                    "SELECT 1 FROM documents WHERE tenant_id = ? AND corpus_id IN ("
+                    + ", ".join("?" for _ in scope.corpora)
+                    + ")",
+                    [scope.tenant, *scope.corpora],
+                )
+            )
+        for sql, params in counts:
+            (n,) = conn.execute(
+                self.dialect.sql(f"SELECT COUNT(*) FROM ({sql} LIMIT ?) AS bound"),
+                (*params, cap + 1),
+            ).fetchone()
+            if int(n) <= cap:
+                return True
+        return not counts
+
     def vector_leg(
         self,
         scope: AccessScope,
@@ -85,9 +133,10 @@ class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
         qvec = self._vector_param(query)
         conds, params = _scope_sql(scope, restricted, doc_ids)
         with self._tx(scope.tenant, read=True) as conn:
-            allowed: int | None = None
-            if restricted or doc_ids is not None:
-                cap = max(settings.exact_vector_threshold, limit)
+            cap = max(settings.exact_vector_threshold, limit)
+            if (restricted or doc_ids is not None) and self._may_be_few(
+                conn, scope, restricted, doc_ids, cap
+            ):
                 # Count the readable vectors (up to cap + 1) and, when they are few, score
                 # them all, in one statement: the access join is done once, and a large set
                 # stops the count at cap + 1 without scoring anything.
@@ -109,12 +158,11 @@ class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
                     ),
                     (scope.tenant, *exact_params, cap + 1, qvec, scope.tenant, cap, limit),
                 ).fetchall()
-                allowed = int(rows[0][0])
-                if allowed <= cap:
+                if int(rows[0][0]) <= cap:
                     return [(int(r[1]), float(r[2])) for r in rows if r[1] is not None], False
-            # The count above established that the readable set is large; the planner cannot
-            # know it (it cannot estimate the ACL predicate), so keep it from sorting a
-            # filtered scan instead of walking the graph in distance order.
+            # The bound or the count above established that the readable set is large; the
+            # planner cannot know it (it cannot estimate the ACL predicate), so keep it from
+            # sorting a filtered scan instead of walking the graph in distance order.
             conn.execute("SET LOCAL enable_sort = off")
             conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
             conn.execute(
@@ -133,9 +181,10 @@ class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
             # The transaction may go on (a search pins one for all its reads).
             conn.execute("SET LOCAL enable_sort = on")
         hits = [(int(r[0]), float(r[1])) for r in rows]
-        # Only reached with more readable vectors than ``limit``: a short list means the
-        # scan bound stopped the walk.
-        return hits, allowed is not None and len(hits) < limit
+        # A filtered walk is only reached with more than ``cap`` (>= ``limit``) ACL rows or
+        # readable vectors: a short list means the scan bound (most likely) stopped it, so
+        # say that fewer results than asked may exist rather than stay silent.
+        return hits, (restricted or doc_ids is not None) and len(hits) < limit
 
 
 def _scope_sql(
