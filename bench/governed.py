@@ -2,7 +2,9 @@
 
 A governed retrieve (``Deployment.governed.search``) opens or continues a session, builds the
 SARAC request, asks the Cedar PDP, commits the decision to the audit log durably (SQLite
-``synchronous=FULL``), and only then searches. The baseline is ``KnowledgeStore.search`` of
+``synchronous=FULL``), and only then runs the gateway: a search for the reranker's 50
+candidates, the deterministic rerank, packing to the token budget, and the pack's own durable
+audit record. The baseline is ``KnowledgeStore.search`` of
 the same corpus with the same query and principal, on the same store, interleaved query by
 query. Two governed shapes are timed: a new session per search (what ``govrag search`` does:
 one more durable commit, the session and its ``route_pinned`` event) and a continued session
@@ -80,9 +82,10 @@ def _time(
         who = dep.principal(probe.name)
         request = SearchRequest(query=query, strategy=strategy, top_k=10,
                                 corpora=(synthetic.CORPUS,))  # fmt: skip
-        dep.store.search(who, request)  # untimed: every timed call finds the same warm caches
+        # Untimed: warms every cache the timed calls use, and lists the readable candidates.
+        pool = dep.store.search(who, request.model_copy(update={"top_k": 50}))
         t0 = time.perf_counter()
-        bare = dep.store.search(who, request)
+        dep.store.search(who, request)
         t1 = time.perf_counter()
         fresh = dep.governed.search(who, query, strategy=strategy, top_k=10)
         t2 = time.perf_counter()
@@ -91,9 +94,11 @@ def _time(
             who, query, strategy=strategy, top_k=10, session_id=sessions[probe.name]
         )
         t3 = time.perf_counter()
-        same = [h.chunk_id for h in bare.results] == [h.chunk_id for h in fresh.results]
-        if not same or later.results != fresh.results:
-            raise RuntimeError(f"governed and bare results differ for {query!r}")
+        readable = {h.chunk_id for h in pool.results}
+        if not {c.chunk_id for c in fresh.results} <= readable or [
+            c.chunk_id for c in later.results
+        ] != [c.chunk_id for c in fresh.results]:
+            raise RuntimeError(f"governed results are not the readable candidates: {query!r}")
         if i >= WARMUP:
             series["bare"].append((t1 - t0) * 1000)
             series["new_session"].append((t2 - t1) * 1000)

@@ -65,7 +65,13 @@ def test_search_json_is_exactly_one_document(deployment: Path) -> None:
     assert done.returncode == 0, done.stderr
     payload = json.loads(done.stdout)  # the whole of stdout parses as one JSON document
     assert set(payload) == {"query", "strategy", "results", "hidden", "truncated", "request_id",
-                            "session_id", "route_id", "decisions"}  # fmt: skip
+                            "session_id", "route_id", "decisions", "packs"}  # fmt: skip
+    packs = payload["packs"]
+    assert [p["corpus"] for p in packs] == ["policy-engine", "ops-runbooks"]  # the ALLOWed ones
+    assert all(p["policy_version"] == "pgar.retrieval.corpus/v2" for p in packs)
+    assert all(p["pack_token_count"] <= p["token_budget"] for p in packs)
+    assert sorted(c["chunk_id"] for p in packs for c in p["chunks"]) == sorted(
+        r["chunk_id"] for r in payload["results"])  # fmt: skip
     assert payload["route_id"] == "search"  # the deployment's default_route
     # One PEP decision per corpus of the route's scope: Ben lacks risk-models:read.
     assert [(d["corpus"], d["verdict"], d["reason"]) for d in payload["decisions"]] == [
@@ -82,6 +88,7 @@ def test_search_json_is_exactly_one_document(deployment: Path) -> None:
         "source_system",
         "score",
         "text",
+        "token_count",
     }
     assert "policy-wire-limits-v3" not in done.stdout  # Ben may not read it ...
     assert payload["hidden"] == {  # ... but learns whom to ask

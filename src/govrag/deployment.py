@@ -17,7 +17,7 @@ from govrag.agent import GovernedSearch
 from govrag.embed import get_embedder
 from govrag.embed.base import Embedder
 from govrag.errors import ConfigError, NotFoundError, describe_validation
-from govrag.gateway import Gateway
+from govrag.gateway import DeterministicReranker, Gateway
 from govrag.policy.pdp import CedarPDP
 from govrag.policy.pep import PolicyEnforcementPoint
 from govrag.routes.config import DeploymentConfig, Problem, check_config, load_config
@@ -112,11 +112,23 @@ class Deployment:
         return out
 
     @cached_property
+    def gateway(self) -> Gateway:
+        g = self.settings.gateway
+        reranker = DeterministicReranker(
+            trust_weight=g.trust_weight,
+            duplicate_jaccard=g.duplicate_jaccard,
+            max_per_document=g.max_per_document,
+        )
+        return Gateway(
+            self.store, reranker=reranker, token_budget=g.token_budget, candidates=g.candidates
+        )
+
+    @cached_property
     def pep(self) -> PolicyEnforcementPoint:
         return PolicyEnforcementPoint(
             self.pdps,
             self.store,
-            gateway=Gateway(self.store),
+            gateway=self.gateway,
             default_profile=self.settings.policy.bundle,
             corpus_classification={
                 cid: c.classification for cid, c in self.settings.corpora.items()

@@ -91,6 +91,19 @@ class CorpusSettings(_Section):
         return Classification.parse(value)
 
 
+class GatewaySettings(_Section):
+    #: Most tokens of one context pack (by the offline word counter); never exceeded.
+    token_budget: int = Field(default=2000, ge=16, le=1_000_000)
+    #: Candidates fetched from the store for the reranker (at least top_k).
+    candidates: int = Field(default=50, ge=1, le=1000)
+    #: How much the document's trust score nudges the fused score (0: not at all).
+    trust_weight: float = Field(default=0.2, ge=0.0, le=1.0)
+    #: Term overlap (Jaccard) at which a chunk counts as a near-duplicate of a better one.
+    duplicate_jaccard: float = Field(default=0.9, gt=0.0, le=1.0)
+    #: Most chunks of one document in a pack.
+    max_per_document: int = Field(default=2, ge=1, le=1000)
+
+
 class PolicySettings(_Section):
     #: The policy bundle deciding for routes without a ``policy_profile``: a bundle in
     #: ``policies/`` or the built-in ``pgar.retrieval.corpus``.
@@ -116,6 +129,7 @@ class Settings(BaseSettings):
     ingest: IngestSettings = IngestSettings()
     corpora: dict[str, CorpusSettings] = {}
     policy: PolicySettings = PolicySettings()
+    gateway: GatewaySettings = GatewaySettings()
 
     @classmethod
     def settings_customise_sources(

@@ -148,6 +148,8 @@ class SearchHit(Frozen):
     source_system: str
     score: float
     text: str
+    #: The document's trust score (0..1, neutral 0.5), recomputed by the Curation Pass.
+    trust_score: float = 0.5
 
 
 class HiddenSource(Frozen):

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from govrag.deployment import Deployment
-from govrag.errors import ConfigError, NotFoundError
+from govrag.errors import ConfigError, NotFoundError, StoreError
 from govrag.routes.session import PinViolation
 from govrag.types import Principal, SearchRequest, SearchResult, Strategy
 
@@ -118,8 +118,22 @@ def test_each_corpus_is_one_audited_decision_committed_before_its_search(
     result = dep.governed.search(officer(dep), "wire", corpora=("hr-policies", "policy-engine"))
     assert searched == [("policy-engine", True)]  # the DENYed corpus was never searched
     events = store.audit_events("t1", request_id=result.request_id)
-    assert [e.kind for e in events] == ["route_pinned", "pep_decision", "pep_decision"]
-    assert [e.event_id for e in events[1:]] == [d.audit_id for d in result.decisions]
+    kinds = ["route_pinned", "pep_decision", "pep_decision", "context_pack"]
+    assert [e.kind for e in events] == kinds
+    assert [e.event_id for e in events[1:3]] == [d.audit_id for d in result.decisions]
+    # The pack's record: trace fields, sources, versions; it points at its ALLOW.
+    (pack,) = result.packs
+    record = events[3].payload
+    assert record["context_pack_id"] == pack.context_pack_id
+    assert (record["pep_verdict"], record["pep_audit_id"]) == ("ALLOW", events[2].event_id)
+    assert record["retrieve_proposal"] == {
+        "tool": "retrieve_documents",
+        "corpus": "policy-engine",
+        "query": "wire",
+    }
+    assert [s["chunk_id"] for s in record["sources"]] == [c.chunk_id for c in pack.chunks]
+    assert record["policy_version"] == pack.policy_version == "pgar.retrieval.corpus/v2"
+    assert record["pack_token_count"] == pack.pack_token_count <= pack.token_budget
     assert {e.session_id for e in events} == {result.session_id}
     first = events[1].payload
     assert (first["verdict"], first["resource"], first["downstream_called"]) == (
@@ -208,3 +222,31 @@ def test_no_route_named_and_no_default(make_deployment: MakeDeployment) -> None:
     dep = make_deployment(default_route=None)
     with pytest.raises(NotFoundError, match="no default_route set; known routes: 'chat'"):
         dep.governed.search(officer(dep), "wire")
+
+
+def test_a_pack_that_cannot_be_recorded_is_not_delivered(
+    dep: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = dep.store
+    real = store.append_audit
+
+    def failing(tenant: str, kind: str, *args: Any, **kwargs: Any) -> Any:
+        if kind == "context_pack":
+            raise StoreError("disk full")
+        return real(tenant, kind, *args, **kwargs)
+
+    monkeypatch.setattr(store, "append_audit", failing)
+    result = dep.governed.search(officer(dep), "wire", corpora=("policy-engine",))
+    assert verdicts(result) == [("policy-engine", "DENY", "policy_error")]
+    assert result.packs == () and result.results == ()
+    monkeypatch.undo()
+    kinds = [e.kind for e in store.audit_events("t1", request_id=result.request_id)]
+    assert kinds == ["route_pinned", "pep_decision"]  # the ALLOW, and no pack on record
+
+
+def test_packs_respect_the_token_budget(make_deployment: MakeDeployment) -> None:
+    dep = make_deployment(gateway={"token_budget": 16})
+    result = dep.governed.search(officer(dep), "wire transfer", corpora=("policy-engine",))
+    (pack,) = result.packs
+    assert pack.pack_token_count <= 16 == pack.token_budget
+    assert pack.dropped_for_budget + len(pack.chunks) >= 1

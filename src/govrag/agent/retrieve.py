@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from govrag.errors import InputError, NotFoundError, describe_validation
+from govrag.gateway.pack import ContextPack, PackChunk
 from govrag.policy.pep import Enforced, PolicyEnforcementPoint, Proposal
 from govrag.routes.session import Session, Sessions
 from govrag.types import (
@@ -23,9 +24,7 @@ from govrag.types import (
     HiddenSource,
     MetadataFilter,
     Principal,
-    SearchHit,
     SearchRequest,
-    SearchResult,
     Strategy,
 )
 
@@ -52,7 +51,10 @@ class GovernedResult:
     route_id: str
     query: str
     strategy: Strategy
-    results: tuple[SearchHit, ...]
+    #: One validated-to-be context pack per ALLOWed corpus, in the caller's corpus order.
+    packs: tuple[ContextPack, ...]
+    #: Every pack's chunks, merged by score (the flat list earlier versions returned).
+    results: tuple[PackChunk, ...]
     hidden: HiddenMarker
     decisions: tuple[CorpusDecision, ...]
     truncated: bool = False
@@ -65,6 +67,7 @@ class GovernedResult:
             "route_id": self.route_id,
             "query": self.query,
             "strategy": self.strategy.value,
+            "packs": [p.model_dump(mode="json") for p in self.packs],
             "results": [h.model_dump(mode="json") for h in self.results],
             "hidden": self.hidden.model_dump(mode="json"),
             "truncated": self.truncated,
@@ -127,7 +130,7 @@ class GovernedSearch:
         tool = manifest.tool(RETRIEVE_TOOL) if manifest else None
         action = tool.pdp_action if tool else RETRIEVE_TOOL
         targets = corpora if corpora is not None else session.retrieval.scope
-        done: list[tuple[str, Enforced[SearchResult]]] = []
+        done: list[tuple[str, Enforced[ContextPack]]] = []
         for corpus in dict.fromkeys(targets):  # each corpus once, in the caller's order
             proposal = Proposal(tool=RETRIEVE_TOOL, action=action, corpus=corpus, query=query)
             enforced = self.pep.retrieve(
@@ -148,7 +151,7 @@ def _merge(
     request: SearchRequest,
     request_id: str,
     session: Session,
-    done: list[tuple[str, Enforced[SearchResult]]],
+    done: list[tuple[str, Enforced[ContextPack]]],
 ) -> GovernedResult:
     decisions = tuple(
         CorpusDecision(
@@ -160,22 +163,23 @@ def _merge(
         )
         for corpus, e in done
     )
-    allowed = [e.result for _, e in done if e.result is not None]
+    packs = [e.result for _, e in done if e.result is not None]
     # One tenant's lexical index scores every corpus alike, and fused scores are rank-based,
     # so per-corpus lists merge by score; ties keep the corpus order.
-    hits = sorted((h for r in allowed for h in r.results), key=lambda h: -h.score)
+    hits = sorted((c for p in packs for c in p.chunks), key=lambda c: -c.score)
     sources: dict[HiddenSource, None] = {}
-    for r in allowed:
-        sources.update(dict.fromkeys(r.hidden.sources))
-    hidden = HiddenMarker(present=any(r.hidden.present for r in allowed), sources=tuple(sources))
+    for p in packs:
+        sources.update(dict.fromkeys(p.hidden.sources))
+    hidden = HiddenMarker(present=any(p.hidden.present for p in packs), sources=tuple(sources))
     return GovernedResult(
         request_id=request_id,
         session_id=session.session_id,
         route_id=session.route_id,
         query=request.query,
         strategy=request.strategy,
+        packs=tuple(packs),
         results=tuple(hits[: request.top_k]),
         hidden=hidden,
         decisions=decisions,
-        truncated=any(r.truncated for r in allowed),
+        truncated=any(p.search_truncated for p in packs),
     )

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from govrag.gateway.pack import ContextPack, PackChunk, TokenCounter, Withheld, WordCounter
+from govrag.gateway.rerank import DeterministicReranker, Reranker
 from govrag.gateway.search import Gateway
 
-__all__ = ["Gateway"]
+__all__ = [
+    "ContextPack", "DeterministicReranker", "Gateway", "PackChunk", "Reranker", "TokenCounter",
+    "Withheld", "WordCounter",
+]  # fmt: skip

@@ -20,17 +20,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
 
 from govrag.errors import GovragError, describe_validation
-from govrag.gateway import Gateway
+from govrag.gateway import ContextPack, Gateway
 from govrag.policy.pdp import CedarPDP
 from govrag.policy.sarac import Decision, SaracRequest
 from govrag.routes.models import Retrieval
 from govrag.store.protocol import KnowledgeStore
-from govrag.types import Classification, Principal, SearchRequest, SearchResult
+from govrag.types import Classification, Principal, SearchRequest
 
 log = logging.getLogger("govrag.policy")
 T = TypeVar("T")
@@ -93,21 +93,41 @@ class PolicyEnforcementPoint:
         request_id: str,
         session_id: str,
         policy_profile: str | None = None,
-    ) -> Enforced[SearchResult]:
-        """:meth:`enforce` with the gateway's search of ``proposal.corpus`` downstream."""
+    ) -> Enforced[ContextPack]:
+        """:meth:`enforce` with the gateway's pipeline for ``proposal.corpus`` downstream,
+        then the pack's audit record (``context_pack``). A pack that cannot be recorded is
+        not delivered: the result is DENY ``policy_error``, as for the decision itself."""
         gateway = self.gateway
         if gateway is None:
             raise GovragError("this PolicyEnforcementPoint has no gateway to forward to")
-        return self.enforce(
+        done = self.enforce(
             principal,
             retrieval,
             proposal,
-            lambda: gateway.search(principal, proposal.corpus, request),
+            lambda: gateway.retrieve(principal, proposal.corpus, request, policy_version=""),
             route_id=route_id,
             request_id=request_id,
             session_id=session_id,
             policy_profile=policy_profile,
         )
+        if done.result is None:
+            return done
+        pack = done.result.model_copy(update={"policy_version": done.decision.policy_version})
+        try:
+            self.audit.append_audit(
+                principal.tenant,
+                "context_pack",
+                pack_record(pack, proposal, done),
+                request_id=request_id,
+                session_id=session_id,
+            )
+        except Exception as exc:  # an unrecorded pack never reaches the model
+            log.error("audit write failed, withholding pack for %s on %s: %s", principal.sub,
+                      proposal.corpus, exc)  # fmt: skip
+            failed = Decision("DENY", "policy_error", done.decision.policy_version,
+                              f"the context pack could not be recorded: {exc}")  # fmt: skip
+            return Enforced(failed, done.audit_id)
+        return Enforced(done.decision, done.audit_id, pack)
 
     def enforce(
         self,
@@ -205,3 +225,27 @@ class PolicyEnforcementPoint:
         except Exception as exc:  # any fault is DENY
             return Decision("DENY", "policy_error", NO_POLICY, f"{type(exc).__name__}: {exc}")
         return pdp.decide(request)
+
+
+def pack_record(
+    pack: ContextPack, proposal: Proposal, done: Enforced[ContextPack]
+) -> dict[str, Any]:
+    """The context pack's audit record, with the request's trace fields."""
+    return {
+        "context_pack_id": pack.context_pack_id,
+        "corpus": pack.corpus,
+        "retrieve_proposal": {"tool": proposal.tool, "corpus": proposal.corpus,
+                              "query": proposal.query},
+        "pep_verdict": done.decision.verdict,
+        "pep_audit_id": done.audit_id,
+        "policy_version": pack.policy_version,
+        "ranker_version": pack.ranker_version,
+        "sources": [{"doc_id": c.doc_id, "chunk_id": c.chunk_id,
+                     "source_system": c.source_system, "score": c.score}
+                    for c in pack.chunks],
+        "pack_token_count": pack.pack_token_count,
+        "token_budget": pack.token_budget,
+        "dropped_for_budget": pack.dropped_for_budget,
+        "withheld": pack.withheld.model_dump(mode="json"),
+        "hidden": pack.hidden.present,
+    }  # fmt: skip

@@ -44,6 +44,7 @@ class ChunkInfo:
     source_system: str
     text: str
     author_email: str | None
+    trust_score: float = 0.5
 
     @property
     def public_chunk_id(self) -> str:
@@ -220,6 +221,7 @@ def run_search(
             source_system=info[cid].source_system,
             score=score,
             text=info[cid].text,
+            trust_score=info[cid].trust_score,
         )
         for cid, score in kept
         if cid in info

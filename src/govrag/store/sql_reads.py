@@ -218,7 +218,8 @@ class SQLReads(SQLDerived):
             self.dialect.sql(
                 "SELECT c.chunk_id, d.external_id, c.ordinal, d.corpus_id, d.source_system, "
                 " c.text, (SELECT MIN(i.email) FROM identities i WHERE i.tenant_id = d.tenant_id"
-                "  AND i.source_system = d.source_system AND i.account_id = d.author_account) "
+                "  AND i.source_system = d.source_system AND i.account_id = d.author_account), "
+                " d.trust_score "
                 "FROM {ids} {pin} chunks c ON c.chunk_id = j.value "
                 "JOIN documents d ON d.tenant_id = c.tenant_id AND d.doc_id = c.doc_id "
                 "WHERE c.tenant_id = ?"
@@ -233,6 +234,7 @@ class SQLReads(SQLDerived):
                 source_system=r[4],
                 text=r[5],
                 author_email=r[6],
+                trust_score=float(r[7]),
             )
             for r in rows
         }
