@@ -174,3 +174,39 @@ class SearchResult(Frozen):
     hidden: HiddenMarker = HiddenMarker()
     #: A scan bound stopped the vector leg early: fewer results than asked may exist.
     truncated: bool = False
+
+
+class PackChunk(Frozen):
+    doc_id: str
+    chunk_id: str
+    corpus: str
+    source_system: str
+    text: str
+    score: float
+    token_count: int
+
+
+class Withheld(Frozen):
+    """Chunks kept out of the pack after ranking, by reason; never which ones."""
+
+    count: int = 0
+    reasons: dict[str, int] = Field(default_factory=dict)
+
+
+class ContextPack(Frozen):
+    """A bounded, attributable pack of one corpus: what validation checks and the model sees."""
+
+    context_pack_id: str
+    corpus: str
+    chunks: tuple[PackChunk, ...]
+    policy_version: str
+    ranker_version: str
+    token_counter: str
+    pack_token_count: int
+    token_budget: int
+    #: Chunks that ranked in but did not fit the budget.
+    dropped_for_budget: int = 0
+    withheld: Withheld = Withheld()
+    hidden: HiddenMarker = HiddenMarker()
+    #: The store's vector scan stopped early: fewer candidates than asked may have existed.
+    search_truncated: bool = False

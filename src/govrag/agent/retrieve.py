@@ -16,13 +16,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from govrag.errors import InputError, NotFoundError, describe_validation
-from govrag.gateway.pack import ContextPack, PackChunk
 from govrag.policy.pep import Enforced, PolicyEnforcementPoint, Proposal
 from govrag.routes.session import Session, Sessions
 from govrag.types import (
+    ContextPack,
     HiddenMarker,
     HiddenSource,
     MetadataFilter,
+    PackChunk,
     Principal,
     SearchRequest,
     Strategy,

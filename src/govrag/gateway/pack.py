@@ -15,9 +15,10 @@ import secrets
 from collections.abc import Sequence
 from typing import Protocol
 
-from pydantic import Field
+__all__ = ["ContextPack", "PackChunk", "TokenCounter", "Withheld", "WordCounter", "fit_to_budget",
+           "new_pack_id"]  # fmt: skip
 
-from govrag.types import Frozen, HiddenMarker, SearchHit
+from govrag.types import ContextPack, PackChunk, SearchHit, Withheld
 
 
 class TokenCounter(Protocol):
@@ -39,40 +40,6 @@ class WordCounter:
     def count(self, text: str) -> int:
         step = self.chars_per_token
         return sum(-(-len(t) // step) for t in self._TOKEN.findall(text))
-
-
-class PackChunk(Frozen):
-    doc_id: str
-    chunk_id: str
-    corpus: str
-    source_system: str
-    text: str
-    score: float
-    token_count: int
-
-
-class Withheld(Frozen):
-    """Chunks kept out of the pack after ranking, by reason; never which ones."""
-
-    count: int = 0
-    reasons: dict[str, int] = Field(default_factory=dict)
-
-
-class ContextPack(Frozen):
-    context_pack_id: str
-    corpus: str
-    chunks: tuple[PackChunk, ...]
-    policy_version: str
-    ranker_version: str
-    token_counter: str
-    pack_token_count: int
-    token_budget: int
-    #: Chunks that ranked in but did not fit the budget.
-    dropped_for_budget: int = 0
-    withheld: Withheld = Withheld()
-    hidden: HiddenMarker = HiddenMarker()
-    #: The store's vector scan stopped early: fewer candidates than asked may have existed.
-    search_truncated: bool = False
 
 
 def new_pack_id() -> str:
