@@ -20,7 +20,7 @@ from govrag.errors import ConfigError, NotFoundError, describe_validation
 from govrag.gateway import DeterministicReranker, Gateway
 from govrag.policy.pdp import CedarPDP
 from govrag.policy.pep import PolicyEnforcementPoint
-from govrag.routes.config import DeploymentConfig, Problem, check_config, load_config
+from govrag.routes.config import DeploymentConfig, Problem, check_config, describe_problems
 from govrag.routes.session import Sessions
 from govrag.settings import CONFIG_FILE, PRINCIPALS_FILE, Settings, load_settings
 from govrag.store import KnowledgeStore, open_store
@@ -96,10 +96,9 @@ class Deployment:
     @cached_property
     def config(self) -> DeploymentConfig:
         """Routes, manifests, workflows and policy bundles; every error at once otherwise."""
-        config = load_config(self.settings.deployment)
-        problems = settings_problems(self.settings, config)
-        if problems:
-            raise ConfigError("\n".join(map(str, problems)))
+        config, problems = check_deployment(self.settings)
+        if config is None:
+            raise ConfigError(describe_problems(self.settings.deployment, problems))
         return config
 
     @cached_property

@@ -37,6 +37,13 @@ def test_the_budget_is_never_exceeded_and_ids_scores_order_survive(
     positions = [int(c.chunk_id.rsplit("#", 1)[1]) for c in kept]
     assert positions == sorted(positions)  # rank order kept
     # Skipped only when it did not fit: each dropped chunk exceeded what was left then.
+    kept_ids, used = {c.chunk_id for c in kept}, 0
+    for h in hits:
+        tokens = counter.count(h.text)
+        if h.chunk_id in kept_ids:
+            used += tokens
+        else:
+            assert used + tokens > budget
     assert fit_to_budget(hits, budget, counter) == (kept, total, dropped)  # deterministic
 
 

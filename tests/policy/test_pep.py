@@ -15,7 +15,7 @@ from govrag.errors import StoreError
 from govrag.policy import CedarPDP, default_bundle
 from govrag.policy.pdp import cedar_request, entities
 from govrag.policy.pep import Enforced, PolicyEnforcementPoint, Proposal
-from govrag.policy.sarac import SaracRequest
+from govrag.policy.sarac import Decision, SaracRequest
 from govrag.routes.config import PolicyBundle
 from govrag.routes.models import Retrieval
 from govrag.store.sqlite import SQLiteStore
@@ -55,7 +55,7 @@ class Spy:
         self.store, self.request_id, self.calls = store, request_id, 0
         self.committed_allow = False
 
-    def __call__(self) -> str:
+    def __call__(self, decision: Decision) -> str:
         self.calls += 1
         events = self.store.audit_events("bank-eu", request_id=self.request_id)
         self.committed_allow = bool(events) and events[-1].payload["verdict"] == "ALLOW"
@@ -133,7 +133,7 @@ def test_pep_verdicts_equal_cedar_on_random_requests(tmp_path: Path) -> None:
         proposal = Proposal("retrieve_documents", rng.choice(["retrieve_documents", "x_search"]),
                             corpus, "q")  # fmt: skip
 
-        def downstream() -> int:
+        def downstream(decision: Decision) -> int:
             nonlocal searched
             searched += 1
             return 1

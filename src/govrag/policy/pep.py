@@ -104,15 +104,17 @@ class PolicyEnforcementPoint:
             principal,
             retrieval,
             proposal,
-            lambda: gateway.retrieve(principal, proposal.corpus, request, policy_version=""),
+            lambda decision: gateway.retrieve(
+                principal, proposal.corpus, request, policy_version=decision.policy_version
+            ),
             route_id=route_id,
             request_id=request_id,
             session_id=session_id,
             policy_profile=policy_profile,
         )
-        if done.result is None:
+        pack = done.result
+        if pack is None:
             return done
-        pack = done.result.model_copy(update={"policy_version": done.decision.policy_version})
         try:
             self.audit.append_audit(
                 principal.tenant,
@@ -134,14 +136,15 @@ class PolicyEnforcementPoint:
         principal: Principal,
         retrieval: Retrieval,
         proposal: Proposal,
-        downstream: Callable[[], T],
+        downstream: Callable[[Decision], T],
         *,
         route_id: str,
         request_id: str,
         session_id: str,
         policy_profile: str | None = None,
     ) -> Enforced[T]:
-        """Decide, commit the decision, and run ``downstream`` only after a committed ALLOW."""
+        """Decide, commit the decision, and run ``downstream(decision)`` only after a
+        committed ALLOW."""
         decision = self._decide(principal, retrieval, proposal, route_id, policy_profile)
         record: dict[str, object] = {
             "verdict": decision.verdict,
@@ -171,7 +174,7 @@ class PolicyEnforcementPoint:
             return Enforced(failed, None)
         if not decision.allowed:
             return Enforced(decision, event.event_id)
-        return Enforced(decision, event.event_id, downstream())
+        return Enforced(decision, event.event_id, downstream(decision))
 
     def _decide(
         self,

@@ -394,8 +394,11 @@ def load_config(root: Path) -> DeploymentConfig:
     """The deployment's config; :class:`ConfigError` listing every error otherwise."""
     config, problems = check_config(root)
     if config is None:
-        errors = [str(p) for p in problems if not p.warning]
-        raise ConfigError(
-            f"{len(errors)} problem(s) in the deployment at {root}:\n" + "\n".join(errors)
-        )
+        raise ConfigError(describe_problems(root, problems))
     return config
+
+
+def describe_problems(root: Path, problems: list[Problem]) -> str:
+    """One message listing every error (not the warnings) of the deployment at ``root``."""
+    errors = [str(p) for p in problems if not p.warning]
+    return f"{len(errors)} problem(s) in the deployment at {root}:\n" + "\n".join(errors)

@@ -90,14 +90,14 @@ class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
             return True
         counts = []
         if restricted:
-            pairs = sorted(token_pair(t) for t in scope.tokens)
+            principals, pairs = _principal_values(scope)
             if not pairs:
                 return True  # reads nothing: the exact statement returns at once
             counts.append(
                 (
                     "SELECT 1 FROM doc_acl WHERE tenant_id = ? AND (source_system, "
-                    "principal_id) IN (VALUES " + ", ".join("(?, ?)" for _ in pairs) + ")",
-                    [scope.tenant, *(v for pair in pairs for v in pair)],
+                    f"principal_id) IN {principals}",
+                    [scope.tenant, *pairs],
                 )
             )
         if scope.filter_corpora:
@@ -214,15 +214,14 @@ def _scope_sql(
         conds.append("d.classification <= ?")
         params.append(scope.ceiling)
     if restricted and values:
-        pairs = sorted(token_pair(t) for t in scope.tokens)
+        principals, pairs = _principal_values(scope)
         if pairs:
             conds.append(
                 f"EXISTS (SELECT 1 FROM doc_acl a WHERE a.tenant_id = {doc}.tenant_id "
-                f"AND a.doc_id = {doc}.doc_id AND (a.source_system, a.principal_id) IN (VALUES "
-                + ", ".join("(?, ?)" for _ in pairs)
-                + "))"
+                f"AND a.doc_id = {doc}.doc_id AND (a.source_system, a.principal_id) IN "
+                f"{principals})"
             )
-            params.extend(value for pair in pairs for value in pair)
+            params.extend(pairs)
         else:
             conds.append("FALSE")  # as ACL_EXISTS over an empty list
     elif restricted:
@@ -232,6 +231,13 @@ def _scope_sql(
         conds.append("c.doc_id IN (SELECT value FROM {ids})")
         params.append(json_list(doc_ids))
     return "".join(f" AND {c}" for c in conds), params
+
+
+def _principal_values(scope: AccessScope) -> tuple[str, list[str]]:
+    """The caller's principals as ``(VALUES (?, ?), ...)`` and its flat parameters; the
+    planner sees how many there are (a JSON parameter hides that)."""
+    pairs = sorted(token_pair(t) for t in scope.tokens)
+    return "(VALUES " + ", ".join("(?, ?)" for _ in pairs) + ")", [v for p in pairs for v in p]
 
 
 def index_root(index_dir: Path | None, url: str) -> Path | None:
