@@ -50,6 +50,8 @@ class Dialect:
     true: str
     #: Index hint for probing group memberships by member (SQLite's ``INDEXED BY``).
     by_member: str
+    #: Index hint for probing identities by source account (SQLite's ``INDEXED BY``).
+    by_account: str
 
     def sql(self, template: str) -> str:
         """``template`` with this dialect's slots filled in."""
@@ -66,6 +68,7 @@ def _render(dialect: Dialect, template: str) -> str:
         plus=dialect.plus,
         true=dialect.true,
         by_member=dialect.by_member,
+        by_account=dialect.by_account,
     )
 
 
@@ -84,6 +87,10 @@ SQLITE = Dialect(
     # With some statistics SQLite's planner scans every membership row of the tenant per
     # recursive step instead (18 ms instead of 0.3 ms at 100 reachable groups).
     by_member="INDEXED BY group_members_by_member",
+    # Without statistics SQLite reads the author's email (MIN) through the primary key's
+    # covering index, scanning every identity of the tenant per chunk: 8.4 ms instead of
+    # 1.6 ms to hydrate 50 chunks with 1,000 accounts.
+    by_account="INDEXED BY identities_by_account",
 )
 
 # The bound id and principal lists behind an optimisation fence (``OFFSET 0``). Flattened
@@ -108,6 +115,7 @@ POSTGRES = Dialect(
     plus="",
     true="TRUE",
     by_member="",
+    by_account="",
 )
 
 

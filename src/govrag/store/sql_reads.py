@@ -217,7 +217,8 @@ class SQLReads(SQLDerived):
             tenant,
             self.dialect.sql(
                 "SELECT c.chunk_id, d.external_id, c.ordinal, d.corpus_id, d.source_system, "
-                " c.text, (SELECT MIN(i.email) FROM identities i WHERE i.tenant_id = d.tenant_id"
+                " c.text, (SELECT MIN(i.email) FROM identities i {by_account} "
+                "  WHERE i.tenant_id = d.tenant_id"
                 "  AND i.source_system = d.source_system AND i.account_id = d.author_account), "
                 " d.trust_score "
                 "FROM {ids} {pin} chunks c ON c.chunk_id = j.value "
