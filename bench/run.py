@@ -2,7 +2,8 @@
 
 Run from the repository root::
 
-    .venv/bin/python -m bench.run [--only scifact|synthetic|postgres|pdp|governed] [--chunks N]
+    .venv/bin/python -m bench.run [--only scifact|synthetic|postgres|pdp|governed|gateway]
+                                  [--chunks N]
                                   [--queries N] [--skip-minilm] [--pg-chunks N]
 
 Without ``--only``, SciFact and the synthetic corpus on SQLite run; the PostgreSQL benchmark
@@ -384,7 +385,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
     parser.add_argument(
         "--only",
-        choices=("scifact", "synthetic", "postgres", "pdp", "governed"),
+        choices=("scifact", "synthetic", "postgres", "pdp", "governed", "gateway"),
         help="run one benchmark",
     )
     parser.add_argument("--chunks", type=int, default=100_000, help="synthetic corpus size")
@@ -459,6 +460,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         results["governed"] = gov
         printed.append(lambda: say(governed.table(gov)))
 
+    if args.only in (None, "gateway"):
+        from bench import gateway
+
+        gw = gateway.run(args.chunks, args.queries, args.seed, OUT_DIR, say)
+        results["gateway"] = gw
+        printed.append(lambda: say(gateway.table(gw)))
+
     if args.only == "postgres":
         # Imported here: it needs the `postgres` extra and the test server helper.
         from bench import postgres
@@ -487,7 +495,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for show in printed:
         show()
     # A single benchmark's figures go to their own file, so they do not replace the full run's.
-    own_file = args.only in ("postgres", "pdp", "governed")
+    own_file = args.only in ("postgres", "pdp", "governed", "gateway")
     path = OUT_DIR / (f"results-{args.only}.json" if own_file else "results.json")
     path.write_text(json.dumps(results, indent=2) + "\n")
     say(f"\nwrote {path} (total {results['total_s']}s)")

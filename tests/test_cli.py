@@ -65,7 +65,8 @@ def test_search_json_is_exactly_one_document(deployment: Path) -> None:
     assert done.returncode == 0, done.stderr
     payload = json.loads(done.stdout)  # the whole of stdout parses as one JSON document
     assert set(payload) == {"query", "strategy", "results", "hidden", "truncated", "request_id",
-                            "session_id", "route_id", "decisions", "packs"}  # fmt: skip
+                            "session_id", "route_id", "decisions", "packs",
+                            "validation"}  # fmt: skip
     packs = payload["packs"]
     assert [p["corpus"] for p in packs] == ["policy-engine", "ops-runbooks"]  # the ALLOWed ones
     assert all(p["policy_version"] == "pgar.retrieval.corpus/v2" for p in packs)
@@ -73,6 +74,13 @@ def test_search_json_is_exactly_one_document(deployment: Path) -> None:
     assert sorted(c["chunk_id"] for p in packs for c in p["chunks"]) == sorted(
         r["chunk_id"] for r in payload["results"])  # fmt: skip
     assert payload["route_id"] == "search"  # the deployment's default_route
+    assert all({"context_pack_id", "corpus", "chunks", "pack_token_count", "withheld", "hidden",
+                "rights_checks"} <= set(p) for p in packs)  # fmt: skip
+    assert all(c["checker"] == "stored" and c["status"] == "ok"
+               for p in packs for c in p["rights_checks"])  # fmt: skip
+    validation = payload["validation"]
+    assert validation["validation_passed"] is True and validation["scope_violation_count"] == 0
+    assert len(validation["attribution"]) == sum(len(p["chunks"]) for p in packs)
     # One PEP decision per corpus of the route's scope: Ben lacks risk-models:read.
     assert [(d["corpus"], d["verdict"], d["reason"]) for d in payload["decisions"]] == [
         ("policy-engine", "ALLOW", "allowed"),

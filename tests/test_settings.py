@@ -33,6 +33,11 @@ def test_deployment_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
         ("[serach]\nrrf_k = 1\n", "unknown field 'serach'"),
         ("[store\n", "invalid TOML"),
         ("[embedder]\ndim = 'big'\n", "embedder.dim"),
+        ("[rights.sources.sp]\nkind = 'http'\n", "'rights.sources.sp': kind 'http' needs 'url'"),
+        ("[rights.default]\nkind = 'ldap'\n", "rights.default.kind"),
+        ("[rights.sources.sp]\nurl = 'ftp://x'\n", "is not an http(s) URL"),
+        ("[validation]\nmin_query_coverage = 2\n", "validation.min_query_coverage"),
+        ("[gateway]\ncache_entries = -1\n", "gateway.cache_entries"),
     ],
 )
 def test_bad_config_names_file_and_field(tmp_path: Path, toml: str, message: str) -> None:

@@ -264,6 +264,16 @@ def _print_result(result: GovernedResult) -> None:
             for s in result.hidden.sources
         )
         out.print(f"[yellow]hidden:[/] a relevant item exists that you may not read: {who}")
+    for pack in result.packs:
+        if pack.withheld.count:
+            why = ", ".join(f"{n} {r.replace('_', ' ')}" for r, n in pack.withheld.reasons.items())
+            out.print(f"[yellow]withheld[/] by the live rights check in {pack.corpus}: {why}",
+                      highlight=False)  # fmt: skip
+    v = result.validation
+    if result.decisions and not v.validation_passed:
+        why = (v.reason or "failed").replace("_", " ")
+        out.print(f"[yellow]validation:[/] not sufficient evidence to answer from ({why})",
+                  highlight=False)  # fmt: skip
 
 
 @app.command("eval")

@@ -16,15 +16,24 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from govrag.agent import GovernedSearch
 from govrag.embed import get_embedder
 from govrag.embed.base import Embedder
-from govrag.errors import ConfigError, NotFoundError, describe_validation
+from govrag.errors import ConfigError, MissingExtraError, NotFoundError, describe_validation
 from govrag.gateway import DeterministicReranker, Gateway
+from govrag.gateway.cache import ResultCache
+from govrag.gateway.rights import RightsChecker, RightsTrim, StoredAclChecker
 from govrag.policy.pdp import CedarPDP
 from govrag.policy.pep import PolicyEnforcementPoint
 from govrag.routes.config import DeploymentConfig, Problem, check_config, describe_problems
 from govrag.routes.session import Sessions
-from govrag.settings import CONFIG_FILE, PRINCIPALS_FILE, Settings, load_settings
+from govrag.settings import (
+    CONFIG_FILE,
+    PRINCIPALS_FILE,
+    RightsCheckerSettings,
+    Settings,
+    load_settings,
+)
 from govrag.store import KnowledgeStore, open_store
 from govrag.types import Principal
+from govrag.validation import Validator
 
 
 class PrincipalsFile(BaseModel):
@@ -119,7 +128,37 @@ class Deployment:
             max_per_document=g.max_per_document,
         )
         return Gateway(
-            self.store, reranker=reranker, token_budget=g.token_budget, candidates=g.candidates
+            self.store,
+            reranker=reranker,
+            rights=self.rights,
+            cache=ResultCache(g.cache_entries),
+            token_budget=g.token_budget,
+            candidates=g.candidates,
+        )
+
+    @cached_property
+    def rights(self) -> RightsTrim:
+        """The live rights check: a checker per source system, the stored ACL by default."""
+        r = self.settings.rights
+        return RightsTrim(
+            self._checker(r.default),
+            {name: self._checker(cfg) for name, cfg in r.sources.items()},
+        )
+
+    def _checker(self, cfg: RightsCheckerSettings) -> RightsChecker:
+        if cfg.kind == "stored" or cfg.url is None:
+            return StoredAclChecker(self.store)
+        try:
+            from govrag.gateway.rights_http import HttpRightsChecker
+        except ImportError as exc:
+            raise MissingExtraError("httpx", "http", "an 'http' rights checker") from exc
+        return HttpRightsChecker(
+            cfg.url,
+            self.store.source_accounts,
+            deadline_ms=cfg.deadline_ms,
+            batch_size=cfg.batch_size,
+            concurrency=cfg.concurrency,
+            token_env=cfg.token_env,
         )
 
     @cached_property
@@ -138,7 +177,9 @@ class Deployment:
     def governed(self) -> GovernedSearch:
         """Governed retrieves: sessions on this deployment's routes, every corpus PEP-gated."""
         sessions = Sessions(self.store, self.config, default_route=self.settings.default_route)
-        return GovernedSearch(sessions, self.pep)
+        return GovernedSearch(
+            sessions, self.pep, Validator(self.settings.validation, audit=self.store)
+        )
 
     def unrouted_corpora(self, tenant: str) -> list[str]:
         """Corpora of ``tenant`` that no route may search (so every retrieve of them is
@@ -150,6 +191,11 @@ class Deployment:
         return [c for c, _ in self.store.list_corpora(tenant) if c not in scoped]
 
     def close(self) -> None:
+        if "rights" in self.__dict__:
+            for checker in {*self.rights.by_source.values(), self.rights.default}:
+                close = getattr(checker, "close", None)
+                if close is not None:
+                    close()
         for pdp in set(self.__dict__.get("pdps", {}).values()):
             pdp.close()
         if "store" in self.__dict__:

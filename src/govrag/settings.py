@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import (
@@ -102,6 +102,55 @@ class GatewaySettings(_Section):
     duplicate_jaccard: float = Field(default=0.9, gt=0.0, le=1.0)
     #: Most chunks of one document in a pack.
     max_per_document: int = Field(default=2, ge=1, le=1000)
+    #: Ranked results kept in this process's result cache (0 turns the cache off). Entries
+    #: are keyed by the caller's ACL fingerprint and the tenant's ACL epoch, so a rights
+    #: change is never served from it; the live rights check runs on every request anyway.
+    cache_entries: int = Field(default=1024, ge=0, le=1_000_000)
+
+
+class RightsCheckerSettings(_Section):
+    """How the gateway confirms a source system's rights right before packing."""
+
+    #: ``stored``: the truth store's current ACL (sources without a live API);
+    #: ``http``: ask the source system's rights endpoint (see docs/rights-check.md).
+    kind: Literal["stored", "http"] = "stored"
+    #: ``http``: the endpoint a batch of document ids is POSTed to.
+    url: str | None = None
+    #: ``http``: the whole check, every batch included, must finish within this time;
+    #: whatever is unconfirmed by then is withheld (``source_unavailable``).
+    deadline_ms: int = Field(default=500, ge=1, le=60_000)
+    #: ``http``: most document ids per request.
+    batch_size: int = Field(default=50, ge=1, le=1000)
+    #: ``http``: most requests in flight at once.
+    concurrency: int = Field(default=4, ge=1, le=64)
+    #: ``http``: name of the environment variable holding the bearer token, if any.
+    token_env: str | None = None
+
+    def model_post_init(self, __context: object) -> None:
+        if self.kind == "http" and not self.url:
+            raise ValueError("kind 'http' needs 'url', the source's rights endpoint")
+        if self.url and not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"url {self.url!r} is not an http(s) URL")
+
+
+class RightsSettings(_Section):
+    #: The checker of source systems without their own entry in ``sources``.
+    default: RightsCheckerSettings = RightsCheckerSettings()
+    #: Checkers by source system name, e.g. ``[rights.sources.sharepoint]``.
+    sources: dict[str, RightsCheckerSettings] = {}
+
+
+class ValidationSettings(_Section):
+    """Thresholds below which validation abstains (evidence too thin or off-topic)."""
+
+    #: Fewest chunks, over every pack of the request, that count as sufficient evidence.
+    min_chunks: int = Field(default=1, ge=0, le=1000)
+    #: Lowest acceptable best chunk score (scores are the reranked fusion scores; 0: off).
+    min_top_score: float = Field(default=0.0, ge=0.0)
+    #: Least share of the question's analysed terms that must occur in the evidence.
+    min_query_coverage: float = Field(default=0.3, ge=0.0, le=1.0)
+    #: Claim check: least share of an answer sentence's terms found in one cited chunk.
+    claim_min_overlap: float = Field(default=0.5, ge=0.0, le=1.0)
 
 
 class PolicySettings(_Section):
@@ -130,6 +179,8 @@ class Settings(BaseSettings):
     corpora: dict[str, CorpusSettings] = {}
     policy: PolicySettings = PolicySettings()
     gateway: GatewaySettings = GatewaySettings()
+    rights: RightsSettings = RightsSettings()
+    validation: ValidationSettings = ValidationSettings()
 
     @classmethod
     def settings_customise_sources(

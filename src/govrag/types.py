@@ -193,6 +193,20 @@ class Withheld(Frozen):
     reasons: dict[str, int] = Field(default_factory=dict)
 
 
+class RightsCheckSummary(Frozen):
+    """How one source system's live rights check went for one pack (counts, never ids)."""
+
+    source_system: str
+    #: The checker's kind: ``stored`` or ``http``.
+    checker: str
+    #: ``ok``, or why unconfirmed chunks were withheld wholesale: ``source_unavailable``
+    #: (timeout, connection error, 5xx, 429), ``malformed_response``, ``unknown_account``,
+    #: ``checker_error``.
+    status: str
+    checked: int
+    withheld: int
+
+
 class ContextPack(Frozen):
     """A bounded, attributable pack of one corpus: what validation checks and the model sees."""
 
@@ -210,3 +224,7 @@ class ContextPack(Frozen):
     hidden: HiddenMarker = HiddenMarker()
     #: The store's vector scan stopped early: fewer candidates than asked may have existed.
     search_truncated: bool = False
+    #: The live rights check of the ranked chunks, per source system.
+    rights_checks: tuple[RightsCheckSummary, ...] = ()
+    #: The ranked candidates came from the result cache (the rights check still ran).
+    cache_hit: bool = False

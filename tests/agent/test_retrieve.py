@@ -118,7 +118,7 @@ def test_each_corpus_is_one_audited_decision_committed_before_its_search(
     result = dep.governed.search(officer(dep), "wire", corpora=("hr-policies", "policy-engine"))
     assert searched == [("policy-engine", True)]  # the DENYed corpus was never searched
     events = store.audit_events("t1", request_id=result.request_id)
-    kinds = ["route_pinned", "pep_decision", "pep_decision", "context_pack"]
+    kinds = ["route_pinned", "pep_decision", "pep_decision", "context_pack", "validation"]
     assert [e.kind for e in events] == kinds
     assert [e.event_id for e in events[1:3]] == [d.audit_id for d in result.decisions]
     # The pack's record: trace fields, sources, versions; it points at its ALLOW.
@@ -138,6 +138,12 @@ def test_each_corpus_is_one_audited_decision_committed_before_its_search(
     first = events[1].payload
     assert (first["verdict"], first["resource"], first["downstream_called"]) == (
         "DENY", "hr-policies", False)  # fmt: skip
+    # Validation: the trace fields, for the pack the model may see.
+    checked = events[4].payload
+    assert (checked["validation_passed"], checked["scope_violations"]) == (True, 0)
+    assert checked["context_pack_ids"] == [pack.context_pack_id]
+    assert result.validation.validation_passed
+    assert {a.chunk_id for a in result.validation.attribution} == {c.chunk_id for c in pack.chunks}
     assert store.verify_audit("t1").ok
 
 
@@ -241,7 +247,10 @@ def test_a_pack_that_cannot_be_recorded_is_not_delivered(
     assert result.packs == () and result.results == ()
     monkeypatch.undo()
     kinds = [e.kind for e in store.audit_events("t1", request_id=result.request_id)]
-    assert kinds == ["route_pinned", "pep_decision"]  # the ALLOW, and no pack on record
+    # The ALLOW, no pack on record, and a validation that found no evidence.
+    assert kinds == ["route_pinned", "pep_decision", "validation"]
+    assert (result.validation.validation_passed, result.validation.reason) == (
+        False, "no_evidence")  # fmt: skip
 
 
 def test_packs_respect_the_token_budget(make_deployment: MakeDeployment) -> None:
@@ -250,3 +259,63 @@ def test_packs_respect_the_token_budget(make_deployment: MakeDeployment) -> None
     (pack,) = result.packs
     assert pack.pack_token_count <= 16 == pack.token_budget
     assert pack.dropped_for_budget + len(pack.chunks) >= 1
+
+
+def test_an_injected_out_of_scope_chunk_is_an_incident_and_never_handed_out(
+    dep: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gateway fault that slips another corpus's chunk into a pack: validation catches
+    it, nothing of that request reaches the caller, and the incident is on record."""
+    gateway = dep.gateway
+    real = gateway.retrieve
+
+    def leaky(principal: Principal, corpus: str, request: SearchRequest, **kw: Any) -> Any:
+        pack = real(principal, corpus, request, **kw)
+        foreign = pack.chunks[0].model_copy(update={"corpus": "hr-policies",
+                                                    "chunk_id": "sp:leave#0"})  # fmt: skip
+        return pack.model_copy(update={"chunks": (*pack.chunks, foreign)})
+
+    monkeypatch.setattr(gateway, "retrieve", leaky)
+    result = dep.governed.search(officer(dep), "wire transfer", corpora=("policy-engine",))
+    report = result.validation
+    assert not report.validation_passed and report.abstain
+    assert report.reason == "scope_violation" and report.scope_violation_count == 1
+    assert result.results == () and all(p.chunks == () for p in result.packs)
+    events = dep.store.audit_events("t1", request_id=result.request_id)
+    incident = next(e for e in events if e.kind == "incident")
+    assert incident.payload["kind"] == "scope_violation"
+    assert [v["chunk_id"] for v in incident.payload["violations"]] == ["sp:leave#0"]
+    validation = next(e for e in events if e.kind == "validation")
+    assert (validation.payload["validation_passed"], validation.payload["scope_violations"]) == (
+        False, 1)  # fmt: skip
+
+
+def test_thin_evidence_abstains(make_deployment: MakeDeployment) -> None:
+    dep = make_deployment(validation={"min_chunks": 3})
+    result = dep.governed.search(officer(dep), "wire transfer", corpora=("policy-engine",))
+    assert len(result.results) == 1  # retrieval still reports what it found ...
+    assert (result.validation.validation_passed, result.validation.reason) == (
+        False,
+        "thin_evidence",
+    )  # fmt: skip ... but it is not evidence enough to answer from
+
+
+def test_a_configured_http_rights_checker_trims_at_the_source(
+    make_deployment: MakeDeployment,
+) -> None:
+    from rights_server import RightsSource, serve
+
+    source = RightsSource()
+    source.grant("A", "wire")  # the source no longer knows "vault"
+    with serve(source) as url:
+        dep = make_deployment(rights={"sources": {"sp": {"kind": "http", "url": url}}})
+        result = dep.governed.search(officer(dep), "wire transfer", strategy=Strategy.KEYWORD,
+                                     corpora=("policy-engine", "secret"))  # fmt: skip
+    assert [h.doc_id for h in result.results] == ["wire"]
+    engine, secret = result.packs
+    assert secret.chunks == () and secret.withheld.reasons == {"unknown_document": 1}
+    assert [(c.checker, c.status) for c in engine.rights_checks] == [("http", "ok")]
+    records = [e.payload for e in dep.store.audit_events("t1", request_id=result.request_id)
+               if e.kind == "context_pack"]  # fmt: skip
+    assert [r["withheld"]["count"] for r in records] == [0, 1]
+    assert records[1]["rights_checks"][0]["checker"] == "http"

@@ -5,6 +5,10 @@ will run): the caller proposes a query over some corpora; each corpus is its own
 its own PEP decision and audit record, and, only after a committed ALLOW, its own gateway
 search. A DENY yields no results for that corpus and says why, never whether matching
 documents exist. Results of the ALLOWed corpora are merged by score.
+
+Then the app's second gate runs: validation (scope, sufficiency, attribution) of the packs
+against the question and the pinned route. Its report travels with the result; a pack with a
+scope violation is never handed out (the violation is audited as an incident).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from govrag.types import (
     SearchRequest,
     Strategy,
 )
+from govrag.validation import ValidationReport, Validator
 
 #: The tool a caller-made retrieve stands for; its ``pdp_action`` comes from the route's
 #: manifest when the manifest lists it.
@@ -58,6 +63,7 @@ class GovernedResult:
     results: tuple[PackChunk, ...]
     hidden: HiddenMarker
     decisions: tuple[CorpusDecision, ...]
+    validation: ValidationReport
     truncated: bool = False
 
     def as_dict(self) -> dict[str, Any]:
@@ -73,15 +79,22 @@ class GovernedResult:
             "hidden": self.hidden.model_dump(mode="json"),
             "truncated": self.truncated,
             "decisions": [asdict(d) for d in self.decisions],
+            "validation": self.validation.as_dict(),
         }
 
 
 class GovernedSearch:
     """Runs caller-proposed retrieves of one deployment through sessions and the PEP."""
 
-    def __init__(self, sessions: Sessions, pep: PolicyEnforcementPoint) -> None:
+    def __init__(
+        self,
+        sessions: Sessions,
+        pep: PolicyEnforcementPoint,
+        validator: Validator | None = None,
+    ) -> None:
         self.sessions = sessions
         self.pep = pep
+        self.validator = validator or Validator()
 
     def session(
         self,
@@ -145,7 +158,19 @@ class GovernedSearch:
                 policy_profile=route.policy_profile,
             )
             done.append((corpus, enforced))
-        return _merge(request, request_id, session, done)
+        packs = [e.result for _, e in done if e.result is not None]
+        report = self.validator.validate(
+            principal,
+            query,
+            packs,
+            scope=session.retrieval.scope,
+            allowed_corpora=[c for c, e in done if e.decision.allowed],
+            request_id=request_id,
+            session_id=session.session_id,
+        )
+        if report.scope_violation_count:  # never handed out; the incident is on record
+            packs = [p.model_copy(update={"chunks": ()}) for p in packs]
+        return _merge(request, request_id, session, done, packs, report)
 
 
 def _merge(
@@ -153,6 +178,8 @@ def _merge(
     request_id: str,
     session: Session,
     done: list[tuple[str, Enforced[ContextPack]]],
+    packs: list[ContextPack],
+    report: ValidationReport,
 ) -> GovernedResult:
     decisions = tuple(
         CorpusDecision(
@@ -164,7 +191,6 @@ def _merge(
         )
         for corpus, e in done
     )
-    packs = [e.result for _, e in done if e.result is not None]
     # One tenant's lexical index scores every corpus alike, and fused scores are rank-based,
     # so per-corpus lists merge by score; ties keep the corpus order.
     hits = sorted((c for p in packs for c in p.chunks), key=lambda c: -c.score)
@@ -182,5 +208,6 @@ def _merge(
         results=tuple(hits[: request.top_k]),
         hidden=hidden,
         decisions=decisions,
+        validation=report,
         truncated=any(p.search_truncated for p in packs),
     )

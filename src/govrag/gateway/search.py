@@ -1,14 +1,17 @@
-"""The gateway's pipeline for one ALLOWed corpus: search -> rerank -> pack.
+"""The gateway's pipeline for one ALLOWed corpus: search -> rerank -> rights trim -> pack.
 
 Only the PEP calls this (after it committed an ALLOW). The store ANDs the caller's access
 rights into every leg of the query; the gateway pins the call to the one corpus the PEP
 decided on, whatever corpora the request carried, so an ALLOW for one corpus can never
 search another. It over-fetches candidates for the reranker, which only reorders and thins
-them, then packs the best to the token budget.
+them; the ranking may come from the result cache. Then, on every request, the live rights
+check confirms the ranked chunks at their source systems (fail-closed), and the confirmed
+ones are packed to the token budget.
 """
 
 from __future__ import annotations
 
+from govrag.gateway.cache import BypassHook, CacheKey, Ranked, ResultCache
 from govrag.gateway.pack import (
     ContextPack,
     TokenCounter,
@@ -17,6 +20,7 @@ from govrag.gateway.pack import (
     new_pack_id,
 )
 from govrag.gateway.rerank import DeterministicReranker, Reranker
+from govrag.gateway.rights import RightsTrim, StoredAclChecker
 from govrag.store.protocol import KnowledgeStore
 from govrag.types import Principal, SearchRequest
 
@@ -33,23 +37,28 @@ class Gateway:
         *,
         reranker: Reranker | None = None,
         counter: TokenCounter | None = None,
+        rights: RightsTrim | None = None,
+        cache: ResultCache | None = None,
+        cache_bypass: BypassHook | None = None,
         token_budget: int = 2000,
         candidates: int = 50,
     ) -> None:
         self.store = store
         self.reranker = reranker or DeterministicReranker()
         self.counter = counter or WordCounter()
+        self.rights = rights or RightsTrim(StoredAclChecker(store))
+        self.cache = cache if cache is not None else ResultCache()
+        #: The write-back overlay's hook: requests it claims never read or fill the cache.
+        self.cache_bypass = cache_bypass
         self.token_budget = token_budget
         self.candidates = candidates
 
     def retrieve(
         self, principal: Principal, corpus: str, request: SearchRequest, *, policy_version: str
     ) -> ContextPack:
-        depth = min(MAX_CANDIDATES, max(request.top_k, self.candidates))
-        one_corpus = request.model_copy(update={"corpora": (corpus,), "top_k": depth})
-        result = self.store.search(principal, one_corpus)
-        ranked = self.reranker.rerank(request.query, result.results, request.top_k)
-        chunks, tokens, dropped = fit_to_budget(ranked, self.token_budget, self.counter)
+        ranked, cache_hit = self._ranked(principal, corpus, request, policy_version)
+        confirmed, withheld, checks = self.rights.trim(principal, ranked.hits)
+        chunks, tokens, dropped = fit_to_budget(confirmed, self.token_budget, self.counter)
         return ContextPack(
             context_pack_id=new_pack_id(),
             corpus=corpus,
@@ -60,6 +69,36 @@ class Gateway:
             pack_token_count=tokens,
             token_budget=self.token_budget,
             dropped_for_budget=dropped,
-            hidden=result.hidden,
-            search_truncated=result.truncated,
+            withheld=withheld,
+            hidden=ranked.hidden,
+            search_truncated=ranked.truncated,
+            rights_checks=checks,
+            cache_hit=cache_hit,
         )
+
+    def _ranked(
+        self, principal: Principal, corpus: str, request: SearchRequest, policy_version: str
+    ) -> tuple[Ranked, bool]:
+        depth = min(MAX_CANDIDATES, max(request.top_k, self.candidates))
+        key = None
+        bypass = self.cache_bypass is not None and self.cache_bypass(principal, request)
+        if self.cache.max_entries and not bypass:
+            key = CacheKey.build(
+                principal,
+                self.store.generation(principal.tenant),
+                corpus,
+                request,
+                depth=depth,
+                policy_version=policy_version,
+                ranker_version=self.reranker.version,
+            )
+            found = self.cache.get(key)
+            if found is not None:
+                return found, True
+        one_corpus = request.model_copy(update={"corpora": (corpus,), "top_k": depth})
+        result = self.store.search(principal, one_corpus)
+        hits = self.reranker.rerank(request.query, result.results, request.top_k)
+        ranked = Ranked(tuple(hits), result.hidden, result.truncated)
+        if key is not None:
+            self.cache.put(key, ranked)
+        return ranked, False

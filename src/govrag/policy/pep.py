@@ -250,5 +250,9 @@ def pack_record(
         "token_budget": pack.token_budget,
         "dropped_for_budget": pack.dropped_for_budget,
         "withheld": pack.withheld.model_dump(mode="json"),
+        "rights_checks": [c.model_dump(mode="json") for c in pack.rights_checks],
+        "source_unavailable": [c.source_system for c in pack.rights_checks
+                               if c.status == "source_unavailable"],
+        "cache_hit": pack.cache_hit,
         "hidden": pack.hidden.present,
     }  # fmt: skip

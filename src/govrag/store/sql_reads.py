@@ -63,6 +63,19 @@ class SQLReads(SQLDerived):
         rows = self._q(tenant, "SELECT acl_epoch FROM tenants WHERE tenant_id = ?", (tenant,))
         return int(rows[0][0]) if rows else 0
 
+    def generation(self, tenant: str) -> tuple[int, int]:
+        """``(acl_epoch, outbox head)``: changes whenever rights or content of the tenant do.
+
+        Result caches key on it, so nothing cached survives a revocation or an edit.
+        """
+        rows = self._q(
+            tenant,
+            "SELECT t.acl_epoch, (SELECT COALESCE(MAX(o.seq), 0) FROM index_outbox o "
+            "WHERE o.tenant_id = t.tenant_id) FROM tenants t WHERE t.tenant_id = ?",
+            (tenant,),
+        )
+        return (int(rows[0][0]), int(rows[0][1])) if rows else (0, 0)
+
     def is_empty(self, tenant: str) -> bool:
         return not self._q(
             tenant,
@@ -208,6 +221,46 @@ class SQLReads(SQLDerived):
             ),
         )
         return {int(r[0]) for r in rows}
+
+    def readable_documents(
+        self, principal: Principal, source_system: str, external_ids: Sequence[str]
+    ) -> set[str]:
+        """Which of a source system's documents the stored ACL lets the caller read now.
+
+        The stored-ACL rights checker's question, asked again right before packing (a
+        revocation synced since the search, or a cached ranking, is honoured).
+        """
+        if not external_ids:
+            return set()
+        scope = self.resolve_access(principal, (), every_corpus=True)
+        if not scope.tokens:
+            return set()
+        rows = self._q(
+            scope.tenant,
+            self.dialect.sql(
+                "SELECT d.external_id FROM {texts} {pin} documents d "
+                "ON d.tenant_id = ? AND d.source_system = ? AND d.external_id = j.value "
+                "WHERE d.classification <= ? AND " + ACL_EXISTS
+            ),
+            (
+                json_list(sorted(set(external_ids))),
+                scope.tenant,
+                source_system,
+                scope.ceiling,
+                token_pairs(scope),
+            ),
+        )
+        return {str(r[0]) for r in rows}
+
+    def source_accounts(self, tenant: str, email: str, source_system: str) -> list[str]:
+        """The caller's own accounts in a source system (what a live rights check asks about)."""
+        rows = self._q(
+            tenant,
+            "SELECT account_id FROM identities WHERE tenant_id = ? AND email = ? "
+            "AND source_system = ? ORDER BY account_id",
+            (tenant, email.casefold(), source_system),
+        )
+        return [str(r[0]) for r in rows]
 
     def chunk_info(self, tenant: str, chunk_ids: Sequence[int]) -> dict[int, ChunkInfo]:
         """Display fields of chunks, with the author's email for the hidden-item marker."""

@@ -1,0 +1,141 @@
+"""What validation and the claim check return: immutable, JSON-ready value objects.
+
+Reason codes of a :class:`ValidationReport` (``reason`` is ``None`` only when validation
+passed):
+
+``scope_violation``
+    A chunk lies outside the pinned route's scope, outside the corpora the PDP allowed this
+    caller, or in a pack of another corpus. Blocks synthesis; an ``incident`` is audited.
+``no_evidence``
+    No chunk at all: there is nothing to ground an answer on.
+``thin_evidence``
+    Fewer chunks than ``min_chunks``, or the best score below ``min_top_score``.
+``off_topic``
+    The evidence covers too small a share of the question's terms (``min_query_coverage``).
+``not_recorded``
+    Writing the validation (or incident) audit event failed; an unrecorded pass is no pass.
+``validation_error``
+    Validation itself failed unexpectedly (logged); fail-closed.
+
+When several apply, the first in :data:`REASON_PRIORITY` is reported. ``not_recorded`` and
+``validation_error`` replace whatever the checks found, because the checks' outcome could
+not be trusted or kept.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from govrag.types import Frozen
+
+__all__ = [
+    "NOT_RECORDED",
+    "NO_EVIDENCE",
+    "OFF_TOPIC",
+    "REASON_PRIORITY",
+    "SCOPE_VIOLATION",
+    "THIN_EVIDENCE",
+    "VALIDATION_ERROR",
+    "Attribution",
+    "ClaimCheck",
+    "ClaimReport",
+    "ScopeViolation",
+    "Sufficiency",
+    "ValidationReport",
+    "ViolationReason",
+]
+
+SCOPE_VIOLATION = "scope_violation"
+NO_EVIDENCE = "no_evidence"
+THIN_EVIDENCE = "thin_evidence"
+OFF_TOPIC = "off_topic"
+NOT_RECORDED = "not_recorded"
+VALIDATION_ERROR = "validation_error"
+
+#: Order in which the check-derived reasons win when several apply (most serious first).
+REASON_PRIORITY: tuple[str, ...] = (SCOPE_VIOLATION, NO_EVIDENCE, THIN_EVIDENCE, OFF_TOPIC)
+
+
+#: Why a chunk violates scope: in a pack of another corpus, outside the pinned route's scope,
+#: or in a corpus the PDP did not allow this caller in this request.
+ViolationReason = Literal["outside_route_scope", "not_entitled", "corpus_mismatch"]
+
+
+class Sufficiency(Frozen):
+    """The evidence figures over every chunk of every pack, and the thresholds applied."""
+
+    chunks: int
+    #: Best chunk score; ``None`` when no chunk has a finite score.
+    top_score: float | None
+    #: Share (0..1) of the question's distinct analysed terms found in the evidence.
+    query_coverage: float
+    min_chunks: int
+    min_top_score: float
+    min_query_coverage: float
+    sufficient: bool
+
+
+class ScopeViolation(Frozen):
+    """One chunk that must not be in front of the model for this request."""
+
+    context_pack_id: str
+    chunk_id: str
+    corpus: str
+    reason: ViolationReason
+
+
+class Attribution(Frozen):
+    """Where one chunk came from: the map citations are resolved against."""
+
+    chunk_id: str
+    doc_id: str
+    corpus: str
+    source_system: str
+    context_pack_id: str
+
+
+class ValidationReport(Frozen):
+    """The outcome of validating a request's packs. Synthesis may run only if it passed."""
+
+    validation_passed: bool
+    sufficiency: Sufficiency
+    #: Expected empty; anything here blocks synthesis.
+    scope_violations: tuple[ScopeViolation, ...] = ()
+    #: Always ``not validation_passed``: a failed validation means abstain or escalate.
+    abstain: bool
+    #: A reason code (module docstring); ``None`` when validation passed.
+    reason: str | None = None
+    #: One entry per chunk of every pack, in pack order then chunk order.
+    attribution: tuple[Attribution, ...] = ()
+
+    @property
+    def scope_violation_count(self) -> int:
+        """How many chunks violated scope (the ``scope_violations`` trace field)."""
+        return len(self.scope_violations)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as a JSON-ready dict, with ``scope_violation_count`` added."""
+        out = self.model_dump(mode="json")
+        out["scope_violation_count"] = self.scope_violation_count
+        return out
+
+
+class ClaimCheck(Frozen):
+    """One answer sentence and the chunk that best supports it."""
+
+    #: The sentence as written (citation markers included).
+    sentence: str
+    supported: bool
+    #: The best-overlapping chunk; ``None`` if no chunk shares a term or the sentence has none.
+    chunk_id: str | None
+    #: Share (0..1) of the sentence's distinct analysed terms found in that chunk.
+    overlap: float
+
+
+class ClaimReport(Frozen):
+    """The post-synthesis claim check of one answer."""
+
+    claims: tuple[ClaimCheck, ...] = ()
+    #: The unsupported sentences' texts, in answer order.
+    unsupported: tuple[str, ...] = ()
+    all_supported: bool = True
