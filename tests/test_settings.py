@@ -38,6 +38,7 @@ def test_deployment_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
         ("[rights.sources.sp]\nurl = 'ftp://x'\n", "is not an http(s) URL"),
         ("[validation]\nmin_query_coverage = 2\n", "validation.min_query_coverage"),
         ("[gateway]\ncache_entries = -1\n", "gateway.cache_entries"),
+        ("[gateway]\nreranker = 'cross-encoder'\n", "needs 'cross_encoder_path'"),
     ],
 )
 def test_bad_config_names_file_and_field(tmp_path: Path, toml: str, message: str) -> None:

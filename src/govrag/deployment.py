@@ -17,7 +17,7 @@ from govrag.agent import GovernedSearch
 from govrag.embed import get_embedder
 from govrag.embed.base import Embedder
 from govrag.errors import ConfigError, MissingExtraError, NotFoundError, describe_validation
-from govrag.gateway import DeterministicReranker, Gateway
+from govrag.gateway import DeterministicReranker, Gateway, Reranker
 from govrag.gateway.cache import ResultCache
 from govrag.gateway.rights import RightsChecker, RightsTrim, StoredAclChecker
 from govrag.policy.pdp import CedarPDP
@@ -122,11 +122,21 @@ class Deployment:
     @cached_property
     def gateway(self) -> Gateway:
         g = self.settings.gateway
-        reranker = DeterministicReranker(
-            trust_weight=g.trust_weight,
-            duplicate_jaccard=g.duplicate_jaccard,
-            max_per_document=g.max_per_document,
-        )
+        reranker: Reranker
+        if g.reranker == "cross-encoder" and g.cross_encoder_path:
+            from govrag.gateway.rerank_cross import CrossEncoderReranker  # extra 'semantic'
+
+            reranker = CrossEncoderReranker(
+                self.settings.resolve_path(g.cross_encoder_path),
+                duplicate_jaccard=g.duplicate_jaccard,
+                max_per_document=g.max_per_document,
+            )
+        else:
+            reranker = DeterministicReranker(
+                trust_weight=g.trust_weight,
+                duplicate_jaccard=g.duplicate_jaccard,
+                max_per_document=g.max_per_document,
+            )
         return Gateway(
             self.store,
             reranker=reranker,

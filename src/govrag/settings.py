@@ -102,6 +102,17 @@ class GatewaySettings(_Section):
     duplicate_jaccard: float = Field(default=0.9, gt=0.0, le=1.0)
     #: Most chunks of one document in a pack.
     max_per_document: int = Field(default=2, ge=1, le=1000)
+    #: ``deterministic``, or ``cross-encoder`` (extra ``semantic`` and ``cross_encoder_path``).
+    reranker: Literal["deterministic", "cross-encoder"] = "deterministic"
+    #: A local cross-encoder model directory (relative to the deployment directory).
+    cross_encoder_path: str | None = None
+
+    def model_post_init(self, __context: object) -> None:
+        if self.reranker == "cross-encoder" and not self.cross_encoder_path:
+            raise ValueError(
+                "reranker 'cross-encoder' needs 'cross_encoder_path', a local model directory"
+            )
+
     #: Ranked results kept in this process's result cache (0 turns the cache off). Entries
     #: are keyed by the caller's ACL fingerprint and the tenant's ACL epoch, so a rights
     #: change is never served from it; the live rights check runs on every request anyway.

@@ -7,11 +7,11 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 
 import pytest
-from rights_server import RightsSource, serve, unanswered_connect
 
 from govrag.gateway.rights import RightsTrim, StoredAclChecker
 from govrag.gateway.rights_http import HttpRightsChecker
 from govrag.types import Principal, SearchHit
+from rights_server import RightsSource, serve, unanswered_connect
 
 from conftest import principal
 

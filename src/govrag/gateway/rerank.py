@@ -54,10 +54,12 @@ class DeterministicReranker:
         self._analyzer = default_analyzer()
 
     def rerank(self, query: str, hits: Sequence[SearchHit], limit: int) -> list[SearchHit]:
-        scored = sorted(
-            (h.model_copy(update={"score": self._score(h)}) for h in hits),
-            key=lambda h: (-h.score, h.chunk_id),
-        )
+        return self.thin([h.model_copy(update={"score": self._score(h)}) for h in hits], limit)
+
+    def thin(self, hits: Sequence[SearchHit], limit: int) -> list[SearchHit]:
+        """The best ``limit`` of ``hits`` by score (ties by chunk id), without
+        near-duplicates and with at most ``max_per_document`` chunks of one document."""
+        scored = sorted(hits, key=lambda h: (-h.score, h.chunk_id))
         kept: list[SearchHit] = []
         kept_terms: list[frozenset[str]] = []
         per_doc: dict[tuple[str, str], int] = {}
