@@ -283,3 +283,41 @@ def test_audit_verify_names_the_first_broken_row(tmp_path: Path) -> None:
     done = govrag("audit", "verify", "-d", str(tmp_path / "dep"), cwd=tmp_path)
     assert done.returncode == 1
     assert f"BROKEN at event 2 ({events[1].event_id})" in done.stderr
+
+
+def test_ask_and_replay(deployment: Path) -> None:
+    done = govrag("ask", "Who must approve a large wire transfer?", "--as", "ana", "--json",
+                  "--deployment", str(deployment), cwd=deployment)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert {"request_id", "route_id", "answer", "abstained", "reason", "citations", "hidden",
+            "decisions", "packs", "validation", "trace"} <= set(answer)  # fmt: skip
+    assert not answer["abstained"] and answer["citations"]
+    assert {c["doc_id"] for c in answer["citations"]} <= {
+        c["doc_id"] for p in answer["packs"] for c in p["chunks"]}  # fmt: skip
+    done = govrag("replay", answer["request_id"], "--tenant", "bank", "--json",
+                  "--deployment", str(deployment), cwd=deployment)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    replayed = json.loads(done.stdout)
+    assert replayed["who"]["sub"] == "ana" and replayed["chain_ok"]
+    assert replayed["verdict_before_search"] is True
+    assert replayed["delivered"]["cited_doc_ids"] == sorted(
+        {c["doc_id"] for c in answer["citations"]})  # fmt: skip
+    human = govrag("replay", answer["request_id"], "--tenant", "bank",
+                   "--deployment", str(deployment), cwd=deployment)  # fmt: skip
+    assert human.returncode == 0 and "Verdict before search? yes" in human.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["replay", "req-nope", "--tenant", "bank"], "no audit events for request 'req-nope'"),
+        (["ask", "  ", "--as", "ana"], "question is blank"),
+        (["ask", "hi", "--as", "zed"], "unknown principal 'zed'"),
+        (["ask", "hi", "--as", "ana", "--text", "missing.txt"], "--text 'missing.txt'"),
+        (["ask", "hi", "--as", "ana", "--route", "nope"], "unknown route 'nope'"),
+    ],
+)
+def test_ask_and_replay_bad_input(deployment: Path, args: list[str], message: str) -> None:
+    done = govrag(*args, "--deployment", str(deployment), cwd=deployment)
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr

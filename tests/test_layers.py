@@ -57,5 +57,6 @@ def test_imports_point_down_the_request_path(package: str, forbidden: tuple[str,
 
 
 def test_only_the_edges_know_the_cli() -> None:
-    users = [f for f in SRC.rglob("*.py") if "cli" in imported(f) and f.name != "cli.py"]
+    # cli.py and its own command modules (cli_*.py) are the CLI.
+    users = [f for f in SRC.rglob("*.py") if "cli" in imported(f) and not f.name.startswith("cli")]
     assert users == []

@@ -465,9 +465,17 @@ def audit_verify(
         raise typer.Exit(1)
 
 
+# Commands of the agentic app live in their own module; importing it registers them.
+from govrag import cli_agent as _cli_agent  # noqa: E402, F401
+
+
 def main() -> None:
     app()
 
 
 if __name__ == "__main__":
-    main()
+    # Run as ``python -m govrag.cli``, this copy of the module is ``__main__``, while the
+    # agentic app's commands registered themselves on the importable ``govrag.cli``.
+    from govrag.cli import main as importable_main
+
+    importable_main()

@@ -14,6 +14,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from govrag.agent import GovernedSearch
+from govrag.agent.extractive import ExtractiveResponder
+from govrag.agent.llm import LlmClient
+from govrag.agent.orchestrator import Orchestrator
 from govrag.embed import get_embedder
 from govrag.embed.base import Embedder
 from govrag.errors import ConfigError, MissingExtraError, NotFoundError, describe_validation
@@ -191,6 +194,30 @@ class Deployment:
             sessions, self.pep, Validator(self.settings.validation, audit=self.store)
         )
 
+    @cached_property
+    def llm(self) -> LlmClient:
+        """The model behind ``govrag ask``: the offline extractive responder by default."""
+        cfg = self.settings.llm
+        if cfg.provider == "extractive":
+            return ExtractiveResponder()
+        from govrag.agent.openai_chat import OpenAIChatClient  # extra 'http'
+
+        return OpenAIChatClient.from_settings(cfg)
+
+    @cached_property
+    def orchestrator(self) -> Orchestrator:
+        """Questions answered on this deployment's routes (``govrag ask``)."""
+        return Orchestrator(
+            self.governed,
+            self.llm,
+            audit=self.store,
+            catalog=self.store.list_corpora,
+            is_empty=self.store.is_empty,
+            record_access=self.store.record_access,
+            max_steps=self.settings.llm.max_steps,
+            claim_min_overlap=self.settings.validation.claim_min_overlap,
+        )
+
     def unrouted_corpora(self, tenant: str) -> list[str]:
         """Corpora of ``tenant`` that no route may search (so every retrieve of them is
         denied); empty when the deployment's config does not load."""
@@ -201,6 +228,9 @@ class Deployment:
         return [c for c, _ in self.store.list_corpora(tenant) if c not in scoped]
 
     def close(self) -> None:
+        close_llm = getattr(self.__dict__.get("llm"), "close", None)
+        if close_llm is not None:
+            close_llm()
         if "rights" in self.__dict__:
             for checker in {*self.rights.by_source.values(), self.rights.default}:
                 close = getattr(checker, "close", None)

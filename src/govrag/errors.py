@@ -64,6 +64,12 @@ class StoreError(GovragError):
     exit_code = 4
 
 
+class LlmError(GovragError):
+    """The LLM endpoint failed or answered outside the chat-completions protocol."""
+
+    exit_code = 5
+
+
 class IndexStaleError(StoreError):
     """A derived index could not be brought up to date with the truth store in time.
 

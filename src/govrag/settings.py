@@ -172,6 +172,30 @@ class PolicySettings(_Section):
     timeout_s: float = Field(default=2.0, gt=0.0, le=60.0)
 
 
+class LlmSettings(_Section):
+    """The model behind ``govrag ask``."""
+
+    #: ``extractive`` (offline, deterministic: quotes the validated evidence) or ``openai``
+    #: (any OpenAI-compatible chat-completions server: OpenAI, vLLM, llama.cpp, Ollama).
+    provider: Literal["extractive", "openai"] = "extractive"
+    #: ``openai``: the server's base URL, up to and including ``/v1``.
+    base_url: str = "https://api.openai.com/v1"
+    model: str = "gpt-4o-mini"
+    #: ``openai``: the environment variable holding the API key (none sent when unset).
+    api_key_env: str | None = "OPENAI_API_KEY"
+    timeout_s: float = Field(default=60.0, gt=0.0, le=600.0)
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    #: Most model calls of one request (a Pattern 1 loop ends there).
+    max_steps: int = Field(default=6, ge=1, le=50)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"base_url {value!r} is not an http(s) URL")
+        return value.rstrip("/")
+
+
 class Settings(BaseSettings):
     """Every setting of a deployment. Build it with :func:`load_settings`."""
 
@@ -192,6 +216,7 @@ class Settings(BaseSettings):
     gateway: GatewaySettings = GatewaySettings()
     rights: RightsSettings = RightsSettings()
     validation: ValidationSettings = ValidationSettings()
+    llm: LlmSettings = LlmSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -14,13 +14,15 @@ scope violation is never handed out (the violation is audited as an incident).
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
 from govrag.errors import InputError, NotFoundError, describe_validation
-from govrag.policy.pep import Enforced, PolicyEnforcementPoint, Proposal
+from govrag.policy.pep import PolicyEnforcementPoint, Proposal
+from govrag.routes.models import Route
 from govrag.routes.session import Session, Sessions
 from govrag.types import (
     ContextPack,
@@ -134,63 +136,91 @@ class GovernedSearch:
         session = self.session(
             principal, request_id=request_id, route_id=route_id, session_id=session_id
         )
-        route = self.sessions.config.routes.get(session.route_id)
-        if route is None:  # withdrawn from the route table since the session pinned it
-            raise NotFoundError(
-                f"route {session.route_id!r} of session {session.session_id!r} is no longer "
-                "in the route table; open a new session"
-            )
+        route = self.route_of(session)
         manifest = self.sessions.config.manifests.get(route.tool_manifest)
         tool = manifest.tool(RETRIEVE_TOOL) if manifest else None
         action = tool.pdp_action if tool else RETRIEVE_TOOL
         targets = corpora if corpora is not None else session.retrieval.scope
-        done: list[tuple[str, Enforced[ContextPack]]] = []
+        done: list[tuple[CorpusDecision, ContextPack | None]] = []
         for corpus in dict.fromkeys(targets):  # each corpus once, in the caller's order
             proposal = Proposal(tool=RETRIEVE_TOOL, action=action, corpus=corpus, query=query)
-            enforced = self.pep.retrieve(
-                principal,
-                session.retrieval,
-                proposal,
-                request,
-                route_id=session.route_id,
-                request_id=request_id,
-                session_id=session.session_id,
-                policy_profile=route.policy_profile,
+            done.append(self.retrieve(principal, session, proposal, request, request_id))
+        packs = [p for _, p in done if p is not None]
+        report = self.validate(principal, query, packs, session, [d for d, _ in done],
+                               request_id)  # fmt: skip
+        if report.scope_violation_count:  # never handed out; the incident is on record
+            packs = [p.model_copy(update={"chunks": ()}) for p in packs]
+        return _merge(request, request_id, session, [d for d, _ in done], packs, report)
+
+    def route_of(self, session: Session) -> Route:
+        """The session's route row; a clear error when it was withdrawn since."""
+        route = self.sessions.config.routes.get(session.route_id)
+        if route is None:
+            raise NotFoundError(
+                f"route {session.route_id!r} of session {session.session_id!r} is no longer "
+                "in the route table; open a new session"
             )
-            done.append((corpus, enforced))
-        packs = [e.result for _, e in done if e.result is not None]
-        report = self.validator.validate(
+        return route
+
+    def retrieve(
+        self,
+        principal: Principal,
+        session: Session,
+        proposal: Proposal,
+        request: SearchRequest,
+        request_id: str,
+    ) -> tuple[CorpusDecision, ContextPack | None]:
+        """One PEP-gated retrieve of ``proposal.corpus`` on the session's pinned route."""
+        route = self.route_of(session)
+        enforced = self.pep.retrieve(
             principal,
-            query,
+            session.retrieval,
+            proposal,
+            request,
+            route_id=session.route_id,
+            request_id=request_id,
+            session_id=session.session_id,
+            policy_profile=route.policy_profile,
+        )
+        decision = CorpusDecision(
+            audit_id=enforced.audit_id,
+            corpus=proposal.corpus,
+            verdict=enforced.decision.verdict,
+            policy_version=enforced.decision.policy_version,
+            reason=enforced.decision.reason,
+        )
+        return decision, enforced.result
+
+    def validate(
+        self,
+        principal: Principal,
+        question: str,
+        packs: Sequence[ContextPack],
+        session: Session,
+        decisions: Sequence[CorpusDecision],
+        request_id: str,
+    ) -> ValidationReport:
+        """The validation gate over ``packs``: the corpora ALLOWed in ``decisions`` are the
+        caller's entitlements, the session's pinned scope the route's."""
+        return self.validator.validate(
+            principal,
+            question,
             packs,
             scope=session.retrieval.scope,
-            allowed_corpora=[c for c, e in done if e.decision.allowed],
+            allowed_corpora=[d.corpus for d in decisions if d.verdict == "ALLOW"],
             request_id=request_id,
             session_id=session.session_id,
         )
-        if report.scope_violation_count:  # never handed out; the incident is on record
-            packs = [p.model_copy(update={"chunks": ()}) for p in packs]
-        return _merge(request, request_id, session, done, packs, report)
 
 
 def _merge(
     request: SearchRequest,
     request_id: str,
     session: Session,
-    done: list[tuple[str, Enforced[ContextPack]]],
+    decisions: list[CorpusDecision],
     packs: list[ContextPack],
     report: ValidationReport,
 ) -> GovernedResult:
-    decisions = tuple(
-        CorpusDecision(
-            audit_id=e.audit_id,
-            corpus=corpus,
-            verdict=e.decision.verdict,
-            policy_version=e.decision.policy_version,
-            reason=e.decision.reason,
-        )
-        for corpus, e in done
-    )
     # One tenant's lexical index scores every corpus alike, and fused scores are rank-based,
     # so per-corpus lists merge by score; ties keep the corpus order.
     hits = sorted((c for p in packs for c in p.chunks), key=lambda c: -c.score)
@@ -207,7 +237,7 @@ def _merge(
         packs=tuple(packs),
         results=tuple(hits[: request.top_k]),
         hidden=hidden,
-        decisions=decisions,
+        decisions=tuple(decisions),
         validation=report,
         truncated=any(p.search_truncated for p in packs),
     )

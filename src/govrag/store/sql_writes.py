@@ -84,6 +84,38 @@ class SQLWrites(SQLBase):
             self._bump_epoch(conn, tenant)
             return True
 
+    # -- the access counter ----------------------------------------------------------------
+    def record_access(
+        self, tenant: str, documents: Sequence[tuple[str, str]], *, kind: str = "answer"
+    ) -> None:
+        """Count an access to each ``(source system, external id)``: a cited answer or a
+        click on the source, never a raw retrieval. A cheap upsert of ``hits`` and
+        ``last_accessed_at``; the Curation Pass reads them."""
+        if kind not in ("answer", "click"):
+            raise ValueError(f"access kind {kind!r}: use 'answer' or 'click'")
+        if not documents:
+            return
+        now = now_iso()
+        with self._tx(tenant) as conn:
+            self._ensure_tenant(conn, tenant)
+            conn.executemany(
+                "INSERT INTO access_counter(tenant_id, entity_kind, entity_id, hits, "
+                "last_accessed_at) VALUES (?, 'document', ?, 1, ?) "
+                "ON CONFLICT (tenant_id, entity_kind, entity_id) DO UPDATE SET "
+                "hits = access_counter.hits + 1, last_accessed_at = excluded.last_accessed_at",
+                [(tenant, f"{ss}:{ext}", now) for ss, ext in sorted(set(documents))],
+            )
+
+    def access_counts(self, tenant: str) -> dict[str, int]:
+        """Hits per ``source_system:external_id`` of documents that were ever accessed."""
+        rows = self._q(
+            tenant,
+            "SELECT entity_id, hits FROM access_counter WHERE tenant_id = ? "
+            "AND entity_kind = 'document'",
+            (tenant,),
+        )
+        return {str(r[0]): int(r[1]) for r in rows}
+
     # -- documents -------------------------------------------------------------------------
     def stored_hashes(
         self, tenant: str, keys: Sequence[tuple[str, str]]

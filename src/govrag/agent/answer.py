@@ -1,0 +1,110 @@
+"""What ``govrag ask`` returns: a grounded, cited answer or an honest abstention."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from govrag.agent.retrieve import CorpusDecision
+from govrag.types import ContextPack, HiddenMarker, PackChunk
+from govrag.validation import ClaimReport, ValidationReport
+
+#: ``[chunk id]`` markers a model cites with (several may share one bracket: ``[a, b]``).
+_CITATION = re.compile(r"\[([^\[\]\n]{1,300})\]")
+
+
+@dataclass(frozen=True)
+class Citation:
+    doc_id: str
+    chunk_id: str
+    corpus: str
+    source_system: str
+    context_pack_id: str
+
+
+@dataclass(frozen=True)
+class Answer:
+    request_id: str
+    session_id: str
+    route_id: str
+    #: ``none``, ``0`` (prefetch), ``1`` (LLM proposes), ``2`` (workflow), ``3`` (stage
+    #: allowlists): how this request ran.
+    pattern: str
+    answer: str
+    abstained: bool
+    #: Why it abstained (``no_evidence``, ``thin_evidence``, ``off_topic``,
+    #: ``scope_violation``, ``not_recorded``, ``llm_error``, ...); ``None`` otherwise.
+    reason: str | None
+    citations: tuple[Citation, ...]
+    hidden: HiddenMarker
+    decisions: tuple[CorpusDecision, ...]
+    packs: tuple[ContextPack, ...]
+    validation: ValidationReport | None
+    claims: ClaimReport | None
+    #: The answer is not from the organisation's documents (no knowledge path, or an empty
+    #: store): the model worked on the caller's text or general knowledge only.
+    grounded: bool
+    trace: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def hint(self) -> str | None:
+        """The hidden-item marker as advice: where relevant material exists, whom to ask."""
+        if not self.hidden.present:
+            return None
+        parts = []
+        for s in self.hidden.sources:
+            who = f"; contact {s.author_email}" if s.author_email else ""
+            parts.append(f"relevant material exists in {s.source_system}{who}")
+        return "; ".join(parts) or "relevant material exists that you may not read"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON shape of ``govrag ask --json``."""
+        return {
+            "request_id": self.request_id,
+            "session_id": self.session_id,
+            "route_id": self.route_id,
+            "pattern": self.pattern,
+            "answer": self.answer,
+            "abstained": self.abstained,
+            "reason": self.reason,
+            "grounded": self.grounded,
+            "citations": [
+                {
+                    "doc_id": c.doc_id,
+                    "chunk_id": c.chunk_id,
+                    "corpus": c.corpus,
+                    "source_system": c.source_system,
+                }
+                for c in self.citations
+            ],
+            "hidden": {**self.hidden.model_dump(mode="json"), "hint": self.hint},
+            "decisions": [asdict(d) for d in self.decisions],
+            "packs": [p.model_dump(mode="json") for p in self.packs],
+            "validation": self.validation.as_dict() if self.validation else None,
+            "claims": self.claims.model_dump(mode="json") if self.claims else None,
+            "trace": self.trace,
+        }
+
+
+def cited(text: str, evidence: Sequence[tuple[str, PackChunk]]) -> tuple[list[Citation], list[str]]:
+    """The citations in ``text`` that name a chunk (or document) of the validated
+    ``evidence`` (``(pack id, chunk)`` pairs), and the markers that name nothing of it."""
+    by_chunk = {c.chunk_id: (pack_id, c) for pack_id, c in evidence}
+    by_doc: dict[str, tuple[str, PackChunk]] = {}
+    for pack_id, c in evidence:
+        by_doc.setdefault(c.doc_id, (pack_id, c))
+    out: dict[str, Citation] = {}
+    unknown: list[str] = []
+    for match in _CITATION.finditer(text):
+        for marker in (m.strip() for m in match.group(1).split(",")):
+            found = by_chunk.get(marker) or by_doc.get(marker)
+            if found is None:
+                unknown.append(marker)
+                continue
+            pack_id, c = found
+            out.setdefault(
+                c.chunk_id, Citation(c.doc_id, c.chunk_id, c.corpus, c.source_system, pack_id)
+            )
+    return list(out.values()), unknown

@@ -1,0 +1,180 @@
+"""The offline, deterministic ``extractive`` responder: an LLM stand-in that only quotes.
+
+It speaks the same protocol as a real model (:class:`~govrag.agent.llm.LlmClient`) and sees
+only what a real model would: the messages and the tool schemas. It never invents a fact:
+
+- asked to formulate a query (the system prompt of a ``query_formulation`` stage), it returns
+  the question's content words;
+- offered retrieve tools and holding no evidence yet, it proposes calls: ``list_corpora``
+  first when offered, then one retrieve per corpus whose id or description shares a word with
+  the question (every listed corpus when none does; a tool bound to a corpus takes only a
+  query);
+- otherwise it answers extractively: the sentences of the evidence (context chunks in the
+  prompt, pack observations in tool messages) that share the most words with the question,
+  each followed by its chunk id in brackets, or says the evidence does not answer.
+
+The default in tests and ``make demo``; configure ``[llm] provider = "openai"`` for a model.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from govrag.agent.llm import LlmReply, Message, ToolCall
+from govrag.agent.prompts import CONTEXT_LINE, QUERY_FORMULATION_MARK
+
+_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9\-]*")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+_STOPWORDS = (
+    "a an and are as at be by can do does for from have how i in is it me my of on or our "
+    "the their this to us was we what when where which who why will with you your"
+)
+_STOP = frozenset(_STOPWORDS.split())
+#: Most sentences quoted in one answer.
+MAX_SENTENCES = 2
+NO_ANSWER = "The documents available to me do not answer this question."
+
+
+def terms(text: str) -> set[str]:
+    """Lower-cased content words, a trailing plural ``s`` dropped (a crude, fixed stemmer)."""
+    out = set()
+    for w in _WORD.findall(text.lower()):
+        if w in _STOP or len(w) < 2:
+            continue
+        out.add(w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w)
+    return out
+
+
+class ExtractiveResponder:
+    """See the module docstring."""
+
+    name = "extractive"
+
+    def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> LlmReply:
+        question = _last(messages, "user")
+        system = "\n".join(str(m.get("content") or "") for m in messages if m["role"] == "system")
+        if QUERY_FORMULATION_MARK in system:
+            words = [w for w in _WORD.findall(question) if w.lower() not in _STOP]
+            return LlmReply(text=" ".join(words) or question, model=self.name)
+        calls = self._proposals(messages, tools, question)
+        if calls:
+            return LlmReply(tool_calls=tuple(calls), model=self.name)
+        return LlmReply(text=self._answer(messages, question), model=self.name)
+
+    # -- proposing ---------------------------------------------------------------------------
+    def _proposals(
+        self, messages: Sequence[Message], tools: Sequence[dict[str, Any]], question: str
+    ) -> list[ToolCall]:
+        retrieve = [t for t in tools if "query" in _properties(t)]
+        if not retrieve or any(True for _ in _evidence_messages(messages)):
+            return []
+        called = {c["function"]["name"] for m in messages for c in m.get("tool_calls") or ()}
+        if retrieve and called & {t["name"] for t in retrieve}:
+            return []  # searched already (and got nothing usable): answer now
+        names = {t["name"] for t in tools}
+        if "list_corpora" in names and "list_corpora" not in called:
+            return [ToolCall.parse("call-1", "list_corpora", "{}")]
+        listed = _listed_corpora(messages)
+        wanted = terms(question)
+        chosen = [c for c, about in listed if wanted & terms(f"{c.replace('-', ' ')} {about}")]
+        chosen = chosen or [c for c, _ in listed]
+        out: list[ToolCall] = []
+        for tool in retrieve:
+            if "corpus" in _properties(tool):
+                for corpus in chosen:
+                    args = {"corpus": corpus, "query": question}
+                    out.append(ToolCall.parse(f"call-{len(out) + 1}", tool["name"],
+                                              json.dumps(args)))  # fmt: skip
+            else:
+                out.append(ToolCall.parse(f"call-{len(out) + 1}", tool["name"],
+                                          json.dumps({"query": question})))  # fmt: skip
+            if out:
+                break  # one retrieve tool is enough
+        return out
+
+    # -- answering ---------------------------------------------------------------------------
+    def _answer(self, messages: Sequence[Message], question: str) -> str:
+        wanted = terms(question)
+        picked = _best_sentences(wanted, _evidence(messages))
+        if picked:
+            return " ".join(f"{sentence} [{chunk_id}]" for sentence, chunk_id in picked)
+        # No evidence: work on the caller's own text, if any (a no-retrieval route).
+        text = question.partition("\n\nText:\n")[2]
+        if text:
+            quoted = _best_sentences(wanted, [("", text)]) or _best_sentences(None, [("", text)])
+            return " ".join(sentence for sentence, _ in quoted)
+        return NO_ANSWER
+
+
+def _best_sentences(
+    wanted: set[str] | None, sources: Iterable[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """The ``MAX_SENTENCES`` sentences sharing the most words with ``wanted`` (the first
+    sentences when ``wanted`` is ``None``), in rank order, as ``(sentence, source id)``."""
+    scored: list[tuple[int, int, str, str]] = []
+    for order, (source_id, text) in enumerate(sources):
+        for n, sentence in enumerate(_SENTENCE.split(text)):
+            sentence = sentence.strip()
+            if not sentence:
+                continue
+            overlap = len(wanted & terms(sentence)) if wanted is not None else 1
+            if overlap:
+                scored.append((-overlap, order * 10_000 + n, sentence, source_id))
+    scored.sort()
+    out = []
+    for _, _, sentence, source_id in scored[:MAX_SENTENCES]:
+        end = "" if sentence.endswith((".", "!", "?")) else "."
+        out.append((f"{sentence}{end}", source_id))
+    return out
+
+
+def _last(messages: Sequence[Message], role: str) -> str:
+    for m in reversed(messages):
+        if m["role"] == role:
+            return str(m.get("content") or "")
+    return ""
+
+
+def _properties(tool: dict[str, Any]) -> dict[str, Any]:
+    props = (tool.get("parameters") or {}).get("properties") or {}
+    return props if isinstance(props, dict) else {}
+
+
+def _tool_results(messages: Sequence[Message]) -> Iterator[Any]:
+    for m in messages:
+        if m["role"] == "tool":
+            try:
+                yield json.loads(str(m.get("content") or ""))
+            except ValueError:
+                continue
+
+
+def _listed_corpora(messages: Sequence[Message]) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for result in _tool_results(messages):
+        if isinstance(result, dict) and isinstance(result.get("corpora"), list):
+            for c in result["corpora"]:
+                if isinstance(c, dict) and isinstance(c.get("corpus"), str):
+                    out.append((c["corpus"], str(c.get("description") or "")))
+    return out
+
+
+def _evidence_messages(messages: Sequence[Message]) -> Iterator[Any]:
+    for result in _tool_results(messages):
+        if isinstance(result, dict) and result.get("chunks"):
+            yield result
+
+
+def _evidence(messages: Sequence[Message]) -> Iterator[tuple[str, str]]:
+    """``(chunk id, text)`` of every chunk in the prompt's context and in pack observations."""
+    for m in messages:
+        if m["role"] in ("system", "user"):
+            for match in CONTEXT_LINE.finditer(str(m.get("content") or "")):
+                yield match.group("chunk_id"), match.group("text")
+    for result in _evidence_messages(messages):
+        for c in result["chunks"]:
+            if isinstance(c, dict) and isinstance(c.get("chunk_id"), str):
+                yield c["chunk_id"], str(c.get("text") or "")

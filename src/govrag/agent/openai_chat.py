@@ -1,0 +1,300 @@
+"""An :class:`~govrag.agent.llm.LlmClient` for any OpenAI-compatible chat-completions server.
+
+OpenAI, vLLM, the llama.cpp server and Ollama all answer ``POST {base_url}/chat/completions``.
+The request carries exactly ``model``, ``messages``, ``temperature`` and, when tools are
+offered, ``tools`` (each schema wrapped as ``{"type": "function", "function": ...}``) and
+``tool_choice: "auto"``. Messages pass through unchanged and nothing else is added: no
+token, role, entitlement or policy text reaches the model through this adapter (seed 003,
+step 2).
+
+The reply's ``choices[0].message`` becomes an :class:`~govrag.agent.llm.LlmReply`: its text
+(``""`` when ``content`` is null) and its tool calls, parsed with
+:meth:`~govrag.agent.llm.ToolCall.parse` so malformed argument JSON is kept raw. Servers
+differ in small ways and all of these are accepted: ``arguments`` sent as a JSON object
+instead of a string, tool calls without an ``id`` (one is generated: ``call-<n>``, unique per
+client), the legacy single ``function_call`` shape, and ``content`` as a list of text parts.
+
+Every fault raises :class:`~govrag.errors.LlmError` naming the URL, what went wrong and the
+setting to fix. The API key never appears in an error message (it is scrubbed from quoted
+response bodies too), and the request body is never quoted.
+
+``httpx`` is the optional extra ``http``; importing this module without it raises
+:class:`~govrag.errors.MissingExtraError`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from govrag.agent.llm import LlmReply, Message, ToolCall
+from govrag.errors import LlmError, MissingExtraError
+
+try:
+    import httpx
+except ImportError as exc:  # pragma: no cover - exercised in a test by hiding httpx
+    raise MissingExtraError("httpx", "http", "The 'openai' LLM provider") from exc
+
+if TYPE_CHECKING:
+    from govrag.settings import LlmSettings
+
+#: The most characters of a response body quoted in an error message.
+SNIPPET_CHARS = 200
+_REDACTED = "[redacted]"
+#: The keys of a tool schema that reach the model (what ``tool_schemas`` produces).
+_TOOL_KEYS = ("name", "description", "parameters")
+
+
+class OpenAIChatClient:
+    """Chat completions over HTTP: messages + tool schemas in, text or tool calls out."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 60.0,
+        temperature: float = 0.0,
+        transport: httpx.BaseTransport | None = None,
+        api_key_env: str | None = None,
+    ) -> None:
+        """``api_key_env`` only names the key's variable in error messages; the key itself
+        is ``api_key`` (``None`` or ``""``: no ``Authorization`` header is sent)."""
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.name = f"openai:{model}"
+        self.url = f"{self.base_url}/chat/completions"
+        self.timeout_s = timeout_s
+        self.temperature = temperature
+        self.api_key_env = api_key_env
+        self._api_key = api_key or None
+        self._ids = itertools.count(1)
+        headers = {"Accept": "application/json", "Content-Type": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        self._client = httpx.Client(
+            headers=headers, timeout=httpx.Timeout(timeout_s), transport=transport
+        )
+
+    @classmethod
+    def from_settings(
+        cls, settings: LlmSettings, *, transport: httpx.BaseTransport | None = None
+    ) -> OpenAIChatClient:
+        """A client for ``[llm]``; the key is read from the variable ``api_key_env`` names."""
+        key = os.environ.get(settings.api_key_env) if settings.api_key_env else None
+        return cls(
+            settings.base_url,
+            settings.model,
+            api_key=key or None,
+            timeout_s=settings.timeout_s,
+            temperature=settings.temperature,
+            transport=transport,
+            api_key_env=settings.api_key_env,
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> OpenAIChatClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"OpenAIChatClient(url={self.url!r}, model={self.model!r})"
+
+    # -- the protocol ---------------------------------------------------------------------
+
+    def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> LlmReply:
+        body = self.request_body(messages, tools)
+        try:
+            content = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        except (TypeError, ValueError) as exc:
+            raise LlmError(
+                f"the request to {self.url} could not be encoded as JSON: {exc}; messages and "
+                "tool schemas must hold only JSON values"
+            ) from exc
+        try:
+            response = self._client.post(self.url, content=content)
+        except httpx.TimeoutException as exc:
+            raise LlmError(
+                f"the LLM at {self.url} timed out after {self.timeout_s:g}s "
+                f"({type(exc).__name__}); raise llm.timeout_s (GOVRAG_LLM__TIMEOUT_S) or check "
+                "that the server is not overloaded"
+            ) from exc
+        except httpx.TransportError as exc:
+            raise LlmError(
+                f"could not connect to the LLM at {self.url} ({type(exc).__name__}: "
+                f"{self._scrub(str(exc))}); check llm.base_url (GOVRAG_LLM__BASE_URL) and that "
+                "the server is running"
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise LlmError(
+                f"the request to the LLM at {self.url} failed ({type(exc).__name__}: "
+                f"{self._scrub(str(exc))})"
+            ) from exc
+        if response.status_code != 200:
+            raise LlmError(self._status_message(response))
+        return self._parse(response)
+
+    def request_body(
+        self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """The JSON body of one call: exactly model, messages, temperature (+ tools)."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": list(messages),
+            "temperature": self.temperature,
+        }
+        if tools:
+            body["tools"] = [
+                {"type": "function", "function": {k: t[k] for k in _TOOL_KEYS if k in t}}
+                for t in tools
+            ]
+            body["tool_choice"] = "auto"
+        return body
+
+    # -- faults ---------------------------------------------------------------------------
+
+    def _scrub(self, text: str) -> str:
+        """``text`` without the API key (servers echo it in some error bodies)."""
+        return text.replace(self._api_key, _REDACTED) if self._api_key else text
+
+    def _snippet(self, response: httpx.Response) -> str:
+        try:
+            text = response.text
+        except Exception:  # an undecodable body is still an answer worth reporting
+            text = repr(response.content[:SNIPPET_CHARS])
+        text = " ".join(self._scrub(text).split())
+        if len(text) > SNIPPET_CHARS:
+            text = text[: SNIPPET_CHARS - 3] + "..."
+        return text or "(empty body)"
+
+    def _status_message(self, response: httpx.Response) -> str:
+        status = response.status_code
+        head = f"the LLM at {self.url} answered HTTP {status}"
+        snippet = self._snippet(response)
+        if status in (401, 403):
+            if self.api_key_env:
+                fix = (
+                    f"put a valid API key in the environment variable {self.api_key_env} "
+                    "(llm.api_key_env names it)"
+                )
+            else:
+                fix = (
+                    "set llm.api_key_env (GOVRAG_LLM__API_KEY_ENV) to the environment variable "
+                    "holding a valid API key"
+                )
+            sent = "a key was sent" if self._api_key else "no key was sent"
+            return (
+                f"{head} ({'unauthorized' if status == 401 else 'forbidden'}; {sent}): "
+                f"{snippet}; {fix}, and check that the key may use model {self.model!r}"
+            )
+        if status == 404:
+            return (
+                f"{head} (not found): {snippet}; llm.base_url (GOVRAG_LLM__BASE_URL) must be "
+                "the server's API root up to and including /v1 (e.g. "
+                f"http://localhost:8000/v1), and llm.model ({self.model!r}) must be a model the "
+                "server serves"
+            )
+        if status == 429:
+            return (
+                f"{head} (rate limited or out of quota): {snippet}; retry later or raise the "
+                "account's limits"
+            )
+        if status >= 500:
+            return f"{head} (server error): {snippet}; the LLM server failed, retry later"
+        return (
+            f"{head}: {snippet}; check llm.model ({self.model!r}) and that the server speaks "
+            "the chat-completions protocol"
+        )
+
+    def _protocol_error(self, what: str) -> LlmError:
+        return LlmError(
+            f"the LLM at {self.url} answered outside the chat-completions protocol: {what}; "
+            "check that llm.base_url points at an OpenAI-compatible /v1 API"
+        )
+
+    # -- the reply ------------------------------------------------------------------------
+
+    def _parse(self, response: httpx.Response) -> LlmReply:
+        try:
+            data = response.json()
+        except ValueError as exc:
+            raise LlmError(
+                f"the LLM at {self.url} answered HTTP 200 with a body that is not JSON: "
+                f"{self._snippet(response)}; check that llm.base_url points at an "
+                "OpenAI-compatible /v1 API"
+            ) from exc
+        if not isinstance(data, dict):
+            raise self._protocol_error(f"the body is a JSON {type(data).__name__}, not an object")
+        choices = data.get("choices")
+        first = choices[0] if isinstance(choices, list) and choices else None
+        message = first.get("message") if isinstance(first, dict) else None
+        if not isinstance(message, dict):
+            error = data.get("error")
+            detail = f" (error: {self._scrub(json.dumps(error))[:SNIPPET_CHARS]})" if error else ""
+            raise self._protocol_error(f"no choices[0].message in the reply{detail}")
+        model = data.get("model")
+        return LlmReply(
+            text=self._text(message.get("content")),
+            tool_calls=self._tool_calls(message),
+            model=model if isinstance(model, str) and model else self.model,
+        )
+
+    def _text(self, content: Any) -> str:
+        if content is None:
+            return ""
+        if isinstance(content, str):
+            return content
+        if isinstance(content, list) and all(  # content parts: [{"type": "text", ...}]
+            isinstance(p, dict) and isinstance(p.get("text"), str) for p in content
+        ):
+            return "".join(p["text"] for p in content)
+        raise self._protocol_error(
+            f"choices[0].message.content is a {type(content).__name__}, not a string"
+        )
+
+    def _tool_calls(self, message: dict[str, Any]) -> tuple[ToolCall, ...]:
+        raw_calls = message.get("tool_calls")
+        if raw_calls is None:
+            legacy = message.get("function_call")
+            if legacy is None:
+                return ()
+            return (self._call(None, legacy, "choices[0].message.function_call"),)
+        if not isinstance(raw_calls, list):
+            raise self._protocol_error("choices[0].message.tool_calls is not a list")
+        calls = []
+        for i, entry in enumerate(raw_calls):
+            where = f"choices[0].message.tool_calls[{i}]"
+            if not isinstance(entry, dict):
+                raise self._protocol_error(f"{where} is not an object")
+            calls.append(self._call(entry.get("id"), entry.get("function"), f"{where}.function"))
+        return tuple(calls)
+
+    def _call(self, id: Any, function: Any, where: str) -> ToolCall:
+        if not isinstance(function, dict):
+            raise self._protocol_error(f"{where} is not an object")
+        name = function.get("name")
+        if not isinstance(name, str) or not name:
+            raise self._protocol_error(f"{where}.name is missing")
+        arguments = function.get("arguments")
+        if arguments is None:
+            raw = ""
+        elif isinstance(arguments, str):
+            raw = arguments
+        else:  # some servers send the object itself
+            raw = json.dumps(arguments, ensure_ascii=False)
+        call_id = id if isinstance(id, str) and id else f"call-{next(self._ids)}"
+        return ToolCall.parse(call_id, name, raw)

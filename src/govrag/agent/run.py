@@ -1,0 +1,150 @@
+"""One request's state while the orchestrator runs it, and the governed steps it takes.
+
+A :class:`Run` owns everything a request accumulates (PEP decisions, packs, validated
+evidence, the trace) and the two governed moves every pattern is made of:
+
+- :meth:`Run.call_model`: one LLM call, its payload hashed into the audit log first
+  (``llm_call``); nothing about the caller or the policy is in the payload;
+- :meth:`Run.retrieve`: PEP -> gateway -> validation for a batch of one-corpus retrieves; only
+  validated packs become evidence the model may see.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from govrag.agent.llm import LlmClient, LlmReply, Message
+from govrag.agent.retrieve import CorpusDecision, GovernedSearch
+from govrag.policy.pep import Proposal
+from govrag.routes.models import Route
+from govrag.routes.session import Session
+from govrag.types import ContextPack, PackChunk, Principal, SearchRequest, Strategy
+from govrag.validation import AuditSink, ValidationReport
+
+
+def payload_hash(messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> str:
+    """SHA-256 of the canonical JSON of an LLM request (what ``llm_call`` records)."""
+    body = json.dumps(
+        {"messages": list(messages), "tools": list(tools)},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+@dataclass
+class Retrieved:
+    """The outcome of one proposed retrieve, as the model may learn it."""
+
+    corpus: str
+    decision: CorpusDecision
+    #: The pack, when ALLOWed and validated (else ``None``).
+    pack: ContextPack | None
+    #: Why no pack is shown (a DENY reason or a failed validation's reason).
+    refused: str | None = None
+
+
+@dataclass
+class Run:
+    governed: GovernedSearch
+    llm: LlmClient
+    audit: AuditSink
+    principal: Principal
+    question: str
+    session: Session
+    route: Route
+    request_id: str
+    strategy: Strategy = Strategy.HYBRID
+    top_k: int = 8
+    max_steps: int = 6
+    decisions: list[CorpusDecision] = field(default_factory=list)
+    packs: list[ContextPack] = field(default_factory=list)
+    #: ``(pack id, chunk)`` of every chunk that passed validation: all the model may cite.
+    evidence: list[tuple[str, PackChunk]] = field(default_factory=list)
+    validations: list[ValidationReport] = field(default_factory=list)
+    steps: int = 0
+    trace: dict[str, Any] = field(default_factory=dict)
+
+    def record(self, kind: str, payload: dict[str, Any]) -> None:
+        self.audit.append_audit(
+            self.principal.tenant,
+            kind,
+            payload,
+            request_id=self.request_id,
+            session_id=self.session.session_id,
+        )
+
+    # -- the model ---------------------------------------------------------------------------
+    @property
+    def steps_left(self) -> bool:
+        return self.steps < self.max_steps
+
+    def call_model(
+        self, messages: Sequence[Message], tools: Sequence[dict[str, Any]], *, stage: str
+    ) -> LlmReply:
+        """One LLM call; its payload hash is committed before the call is made."""
+        self.steps += 1
+        self.record(
+            "llm_call",
+            {
+                "payload_hash": payload_hash(messages, tools),
+                "model": self.llm.name,
+                "stage": stage,
+                "step": self.steps,
+                "tools": [t["name"] for t in tools],
+            },
+        )
+        return self.llm.complete(messages, tools)
+
+    # -- retrieval ---------------------------------------------------------------------------
+    def retrieve(self, proposals: Sequence[Proposal]) -> list[Retrieved]:
+        """PEP-gate each proposal, then validate the ALLOWed packs together; only a passing
+        validation turns them into evidence."""
+        request = SearchRequest(query=self.question, strategy=self.strategy, top_k=self.top_k)
+        done: list[tuple[Proposal, CorpusDecision, ContextPack | None]] = []
+        for proposal in proposals:
+            query = proposal.query.strip() or self.question
+            one = request.model_copy(update={"query": query[:4096]})
+            decision, pack = self.governed.retrieve(
+                self.principal, self.session, proposal, one, self.request_id
+            )
+            self.decisions.append(decision)
+            done.append((proposal, decision, pack))
+        packs = [p for _, _, p in done if p is not None]
+        report: ValidationReport | None = None
+        if packs:
+            report = self.governed.validate(
+                self.principal,
+                self.question,
+                packs,
+                self.session,
+                [d for _, d, _ in done],
+                self.request_id,
+            )
+            self.validations.append(report)
+            if report.scope_violation_count:
+                packs = [p.model_copy(update={"chunks": ()}) for p in packs]
+            self.packs.extend(packs)
+        out: list[Retrieved] = []
+        packs_iter = iter(packs)
+        for proposal, decision, pack in done:
+            if pack is None:
+                out.append(Retrieved(proposal.corpus, decision, None, decision.reason))
+                continue
+            shown = next(packs_iter)
+            assert report is not None
+            if not report.validation_passed:
+                out.append(Retrieved(proposal.corpus, decision, None, report.reason))
+                continue
+            self.evidence.extend((shown.context_pack_id, c) for c in shown.chunks)
+            out.append(Retrieved(proposal.corpus, decision, shown))
+        return out
+
+
+#: Runs a non-retrieve tool of a workflow stage or a proposal: arguments -> result text.
+ToolExecutor = Callable[[dict[str, Any]], str]

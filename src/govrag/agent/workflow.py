@@ -1,0 +1,103 @@
+"""Patterns 2 and 3: a workflow's stages run in order; the workflow, not the model, decides
+when to search and where.
+
+Per stage, by its ``llm_role``:
+
+- ``none``: the app runs the stage's tool without the model. A retrieve tool searches the
+  stage's corpus (bound by the stage or the tool) with the question; another tool runs its
+  registered executor, if any.
+- ``query_formulation``: the model writes only the query (a call with no tools); the app binds
+  the stage's corpus, and PEP -> pack -> validation follows.
+- ``synthesis``: the model answers only from the stage outputs (the validated packs).
+- a stage with an ``allowlist`` (Pattern 3): the model proposes tools as in Pattern 1, but
+  only those on the stage's allowlist.
+
+There is no prefetch: a tool route searches only where a stage names it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from govrag.agent import prompts
+from govrag.agent.llm import Message
+from govrag.agent.run import Run
+from govrag.policy.pep import Proposal
+from govrag.routes.models import Stage, Workflow
+
+if TYPE_CHECKING:
+    from govrag.agent.orchestrator import Orchestrator
+
+
+def run_workflow(
+    orch: Orchestrator, run: Run, workflow: Workflow, text: str | None
+) -> tuple[str, str | None]:
+    """Run the stages; returns the synthesis text and, when it must abstain, the reason."""
+    manifest = orch.config.manifests.get(run.route.tool_manifest)
+    answer: str | None = None
+    stages: list[dict[str, object]] = []
+    for stage in workflow.stages:
+        tool = manifest.tool(stage.tool) if manifest and stage.tool else None
+        note: dict[str, object] = {"stage": stage.id, "llm_role": stage.llm_role}
+        if stage.allowlist is not None:  # Pattern 3
+            before = len(run.evidence)
+            reply, _ = orch._loop(run, text, orch._tools(run, stage.allowlist))
+            note["evidence"] = len(run.evidence) - before
+            answer = reply or answer
+        elif stage.llm_role == "synthesis":
+            if not run.evidence:
+                break
+            answer = orch.synthesize(run, text)
+        elif tool is not None and tool.kind == "retrieve":
+            corpus = stage.corpus or tool.corpus
+            query = run.question
+            if stage.llm_role == "query_formulation":
+                query = _formulate(run, stage, corpus)
+            if corpus is None:
+                note["skipped"] = "no corpus bound to the stage or its tool"
+            else:
+                (outcome,) = run.retrieve(
+                    [Proposal(tool=tool.name, action=tool.pdp_action, corpus=corpus, query=query)]
+                )
+                note.update(
+                    {
+                        "corpus": corpus,
+                        "query": query,
+                        "verdict": outcome.decision.verdict,
+                        "pack": outcome.pack.context_pack_id if outcome.pack else None,
+                        "refused": outcome.refused,
+                    }
+                )
+        elif tool is not None:
+            note["output"] = orch._run_tool(run, tool, {"text": text or ""})[:500]
+        stages.append(note)
+        if not run.steps_left:
+            run.trace["step_limit"] = True
+            break
+    run.trace["stages"] = stages
+    if answer is None:
+        if run.evidence and run.steps_left:  # no synthesis stage: still answer from outputs
+            answer = orch.synthesize(run, text)
+        else:
+            last = run.validations[-1] if run.validations else None
+            fallback = (
+                "denied"
+                if run.decisions and all(d.verdict != "ALLOW" for d in run.decisions)
+                else "no_evidence"
+            )
+            return "", (last.reason if last and not last.validation_passed else None) or fallback
+    return answer, None
+
+
+def _formulate(run: Run, stage: Stage, corpus: str | None) -> str:
+    messages: list[Message] = [
+        {
+            "role": "system",
+            "content": f"{prompts.QUERY_FORMULATION}\nStage: {stage.id}; corpus: {corpus}.",
+        },
+        {"role": "user", "content": run.question},
+    ]
+    reply = run.call_model(messages, [], stage=stage.id)
+    # The model writes the query only: its first line, bounded; never a corpus or a tool.
+    query = (reply.text.strip().splitlines() or [""])[0][:512]
+    return query or run.question

@@ -1,0 +1,128 @@
+"""Examiner replay: answer the six questions about a request from its audit records alone.
+
+Seed 003's table: who asked (sub, session), what was proposed, which policy decided, the
+verdict before search, what the model saw, what was delivered. No chat transcript, no
+store tables besides the audit log: every answer here is read from events of the hash-chained
+log, and the chain is verified as part of the replay.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from govrag.errors import NotFoundError
+from govrag.store.audit import AuditEvent, ChainReport
+
+
+class AuditReader(Protocol):
+    def audit_events(self, tenant: str, *, request_id: str | None = None) -> list[AuditEvent]: ...
+    def verify_audit(self, tenant: str) -> ChainReport: ...
+
+
+@dataclass
+class Replay:
+    request_id: str
+    tenant: str
+    #: Who: ``sub``, ``session_id``, ``route_id`` and the route's pinned retrieval.
+    who: dict[str, Any]
+    #: What was proposed: every tool proposal (accepted or refused) and retrieve decided.
+    proposed: list[dict[str, Any]]
+    #: Which policy decided, and the verdict: one entry per PEP decision.
+    decisions: list[dict[str, Any]]
+    #: Every pack was searched only after a committed ALLOW that precedes it in the chain.
+    verdict_before_search: bool
+    #: What the model saw: the packs (chunk ids, scores) and whether validation passed.
+    model_saw: list[dict[str, Any]]
+    #: The LLM calls (payload hashes): what was sent, never the text itself.
+    llm_calls: list[dict[str, Any]]
+    #: What was delivered: cited documents and the answer's hash (or the abstention).
+    delivered: dict[str, Any] | None
+    chain_ok: bool
+    incidents: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def replay(log: AuditReader, tenant: str, request_id: str) -> Replay:
+    """Rebuild what happened in ``request_id`` of ``tenant`` from the audit log."""
+    events = log.audit_events(tenant, request_id=request_id)
+    if not events:
+        raise NotFoundError(
+            f"no audit events for request {request_id!r} in tenant {tenant!r}; check the id "
+            "(printed by `govrag ask`/`search` on stderr and in --json) and --tenant"
+        )
+    session_id = events[0].session_id
+    pinned = next((e for e in log.audit_events(tenant) if e.kind == "route_pinned"
+                   and e.session_id == session_id), None)  # fmt: skip
+    by_kind: dict[str, list[AuditEvent]] = {}
+    for e in events:
+        by_kind.setdefault(e.kind, []).append(e)
+    decisions = [{"audit_id": e.event_id, "seq": e.seq, **_pick(e.payload, "resource",
+                  "verdict", "reason", "policy_version", "action", "tool", "query")}
+                 for e in by_kind.get("pep_decision", [])]  # fmt: skip
+    allow_seq = {d["audit_id"]: d["seq"] for d in decisions if d["verdict"] == "ALLOW"}
+    passed: dict[str, bool] = {}
+    for e in by_kind.get("validation", []):
+        for pack_id in e.payload.get("context_pack_ids", []):
+            passed[pack_id] = bool(e.payload.get("validation_passed"))
+    packs = by_kind.get("context_pack", [])
+    model_saw = [
+        {"context_pack_id": e.payload["context_pack_id"], "corpus": e.payload["corpus"],
+         "policy_version": e.payload["policy_version"],
+         "ranker_version": e.payload["ranker_version"],
+         "chunks": [{"chunk_id": s["chunk_id"], "doc_id": s["doc_id"], "score": s["score"]}
+                    for s in e.payload["sources"]],
+         "withheld": e.payload.get("withheld"),
+         "validation_passed": passed.get(e.payload["context_pack_id"], False)}
+        for e in packs
+    ]  # fmt: skip
+    before = all(
+        e.payload.get("pep_audit_id") in allow_seq and allow_seq[e.payload["pep_audit_id"]] < e.seq
+        for e in packs
+    )
+    response = by_kind.get("response", [])
+    first = (pinned.payload if pinned else {}) | {"session_id": session_id}
+    sub = first.get("sub") or next((e.payload.get("sub") for e in events
+                                    if e.payload.get("sub")), None)  # fmt: skip
+    return Replay(
+        request_id=request_id,
+        tenant=tenant,
+        who={
+            "sub": sub,
+            "session_id": session_id,
+            "route_id": first.get("route_id"),
+            "retrieval": first.get("retrieval"),
+        },
+        proposed=[
+            _pick(e.payload, "tool", "accepted", "arguments", "corpus", "error")
+            for e in by_kind.get("proposal", [])
+        ]
+        or [{"tool": d["tool"], "corpus": d["resource"], "query": d["query"]} for d in decisions],
+        decisions=[{k: v for k, v in d.items() if k != "seq"} for d in decisions],
+        verdict_before_search=before,
+        model_saw=model_saw,
+        llm_calls=[
+            _pick(e.payload, "stage", "model", "payload_hash", "tools")
+            for e in by_kind.get("llm_call", [])
+        ],
+        delivered=_pick(
+            response[-1].payload,
+            "answer_hash",
+            "cited_doc_ids",
+            "cited_chunk_ids",
+            "abstained",
+            "reason",
+            "grounded",
+            "pattern",
+        )
+        if response
+        else None,
+        chain_ok=log.verify_audit(tenant).ok,
+        incidents=[e.payload for e in by_kind.get("incident", [])],
+    )
+
+
+def _pick(payload: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {k: payload.get(k) for k in keys}

@@ -1,0 +1,140 @@
+"""``govrag ask`` and ``govrag replay``: the agentic app and the examiner's view of it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+
+from govrag.cli import DeploymentOpt, JsonOpt, _deployment, _emit, _guard, app, err
+
+if TYPE_CHECKING:
+    from govrag.agent.answer import Answer
+    from govrag.audit import Replay
+
+
+@app.command()
+def ask(
+    question: Annotated[str, typer.Argument(help="The question.")],
+    as_: Annotated[str, typer.Option("--as", help="Principal `sub` from principals.json.")],
+    route: Annotated[
+        str | None, typer.Option(help="Route id (default: the deployment's default_route).")
+    ] = None,
+    session: Annotated[
+        str | None, typer.Option(help="Continue this session (its route stays pinned).")
+    ] = None,
+    text: Annotated[
+        Path | None,
+        typer.Option(help="A file of caller-supplied text (an e-mail, a contract) to work on."),
+    ] = None,
+    deployment: DeploymentOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Ask a question as a principal on a route: a grounded, cited answer or an abstention,
+    every retrieval PEP-gated, validated and audited."""
+    from govrag.errors import InputError
+
+    def run() -> Answer:
+        supplied = None
+        if text is not None:
+            try:
+                supplied = text.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise InputError(
+                    f"--text {str(text)!r}: cannot read it as UTF-8 text: {exc}"
+                ) from exc
+        dep = _deployment(deployment)
+        try:
+            return dep.orchestrator.ask(dep.principal(as_), question, route_id=route,
+                                        session_id=session, text=supplied)  # fmt: skip
+        finally:
+            dep.close()
+
+    answer = _guard(run)
+    if as_json:
+        _emit(answer.as_dict())
+        return
+    print_answer(answer, Console(soft_wrap=True))
+
+
+def print_answer(answer: Answer, out: Console) -> None:
+    """An answer for people: the text, its sources, the decisions and hints."""
+    err.print(f"request {answer.request_id}, session {answer.session_id}, route "
+              f"{answer.route_id} (pattern {answer.pattern})", highlight=False)  # fmt: skip
+    for d in answer.decisions:
+        if d.verdict != "ALLOW":
+            out.print(f"[red]DENY[/] {d.corpus}: {d.reason.replace('_', ' ')} "
+                      f"(audit {d.audit_id})", highlight=False)  # fmt: skip
+    label = "[yellow]abstained[/]" if answer.abstained else "[green]answer[/]"
+    why = f" ({answer.reason.replace('_', ' ')})" if answer.reason else ""
+    out.print(f"{label}{why}: {answer.answer}", highlight=False)
+    if not answer.grounded:
+        out.print("[yellow]note:[/] not based on the organisation's documents", highlight=False)
+    for c in answer.citations:
+        out.print(f"  source: [bold]{c.doc_id}[/] ({c.corpus}, {c.source_system}) {c.chunk_id}",
+                  highlight=False)  # fmt: skip
+    if answer.hint:
+        out.print(f"[yellow]hint:[/] {answer.hint}", highlight=False)
+    if answer.claims and answer.claims.unsupported:
+        out.print(f"[yellow]unsupported by the cited chunks:[/] "
+                  f"{' | '.join(answer.claims.unsupported)}", highlight=False)  # fmt: skip
+
+
+@app.command()
+def replay(
+    request_id: Annotated[str, typer.Argument(help="The request id (req-...).")],
+    tenant: Annotated[str | None, typer.Option(help="Tenant (default: default_tenant).")] = None,
+    deployment: DeploymentOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Replay a request from the audit log alone: who, what was proposed, which policy decided,
+    the verdict before search, what the model saw, what was delivered."""
+    from govrag.audit import replay as do_replay
+
+    def run() -> Replay:
+        dep = _deployment(deployment)
+        try:
+            return do_replay(dep.store, tenant or dep.settings.default_tenant, request_id)
+        finally:
+            dep.close()
+
+    result = _guard(run)
+    if as_json:
+        _emit(result.as_dict())
+        return
+    print_replay(result, Console(soft_wrap=True))
+
+
+def print_replay(r: Replay, out: Console) -> None:
+    """The examiner's six questions, answered."""
+    who = r.who
+    out.print(f"[bold]Who?[/] {who['sub']} in session {who['session_id']} on route "
+              f"{who['route_id']} ({(who.get('retrieval') or {}).get('mode')})",
+              highlight=False)  # fmt: skip
+    for p in r.proposed:
+        out.print(f"[bold]Proposed:[/] {p}", highlight=False)
+    for d in r.decisions:
+        out.print(f"[bold]Policy:[/] {d['policy_version']} -> {d['verdict']} ({d['reason']}) "
+                  f"on {d['resource']} [{d['audit_id']}]", highlight=False)  # fmt: skip
+    out.print(f"[bold]Verdict before search?[/] {'yes' if r.verdict_before_search else 'NO'}")
+    for p in r.model_saw:
+        chunks = ", ".join(f"{c['chunk_id']} ({c['score']:.3f})" for c in p["chunks"]) or "none"
+        ok = "validated" if p["validation_passed"] else "NOT validated (withheld from the model)"
+        out.print(f"[bold]Model saw:[/] {p['context_pack_id']} {p['corpus']} {ok}: {chunks}",
+                  highlight=False)  # fmt: skip
+    delivered = r.delivered
+    if delivered is None:
+        out.print("[bold]Delivered:[/] (a retrieval without an answer)")
+    else:
+        what = (
+            f"abstained: {delivered['reason']}"
+            if delivered["abstained"]
+            else "citing " + (", ".join(delivered["cited_doc_ids"]) or "nothing")
+        )
+        out.print(
+            f"[bold]Delivered:[/] {what}; answer sha256 {delivered['answer_hash'][:16]}...",
+            highlight=False,
+        )
+    out.print(f"audit chain {'intact' if r.chain_ok else 'BROKEN'}")
