@@ -321,3 +321,20 @@ def test_ask_and_replay(deployment: Path) -> None:
 def test_ask_and_replay_bad_input(deployment: Path, args: list[str], message: str) -> None:
     done = govrag(*args, "--deployment", str(deployment), cwd=deployment)
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_demo_prints_the_worked_example(tmp_path: Path) -> None:
+    done = govrag("demo", "--dir", str(tmp_path / "demo"), "--embedder", "hash", cwd=tmp_path,
+                  env={"COLUMNS": "200"})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    # Panels wrap lines: compare text with the borders and line breaks folded away.
+    out = " ".join(done.stdout.replace("│", " ").split())
+    worked = out.split("Worked example", 1)[1].split("╰", 1)[0]
+    assert "ALLOW policy-engine" in worked and "EUR 50,000 per day" in worked
+    assert "cites policy-wire-limits-v3" in worked
+    assert "DENY hr-policies (no_entitlement" in out
+    assert "contact marta.ruiz@bank-eu.example" in out  # the hidden-item hint
+    assert "pattern 2" in out and "pattern 0" in out and "pattern none" in out
+    assert "Verdict before search? yes" in out and "audit chain intact" in out
+    again = govrag("demo", "--dir", str(tmp_path / "demo"), "--embedder", "hash", cwd=tmp_path)
+    assert again.returncode == 0 and "42 unchanged" in again.stdout  # re-running is idempotent

@@ -385,14 +385,18 @@ def index_rebuild(
 
 @app.command()
 def demo(
-    directory: Annotated[Path, typer.Option(help="Where to create the demo deployment.")] = Path(
-        "demo-deployment"
-    ),
+    directory: Annotated[
+        Path, typer.Option("--dir", "--directory", help="Where to create the demo deployment.")
+    ] = Path("demo-deployment"),
+    embedder: Annotated[
+        str | None, typer.Option(help="'minilm' or 'hash'. Default: minilm when installed.")
+    ] = None,
 ) -> None:
-    """Ingest a bundled sample corpus and search it as two principals."""
+    """Build the bundled bank-eu deployment and ask its questions: the seed's worked example,
+    a DENY, prefetch, a workflow, the hidden-item hint and an examiner replay."""
     from govrag.demo import run_demo
 
-    _guard(lambda: run_demo(directory, Console()))
+    _guard(lambda: run_demo(directory, Console(), embedder=embedder))
 
 
 @config_app.command("check")

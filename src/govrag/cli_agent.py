@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from govrag.cli import DeploymentOpt, JsonOpt, _deployment, _emit, _guard, app, err
 
@@ -69,17 +70,17 @@ def print_answer(answer: Answer, out: Console) -> None:
                       f"(audit {d.audit_id})", highlight=False)  # fmt: skip
     label = "[yellow]abstained[/]" if answer.abstained else "[green]answer[/]"
     why = f" ({answer.reason.replace('_', ' ')})" if answer.reason else ""
-    out.print(f"{label}{why}: {answer.answer}", highlight=False)
+    out.print(f"{label}{why}: {escape(answer.answer)}", highlight=False)
     if not answer.grounded:
         out.print("[yellow]note:[/] not based on the organisation's documents", highlight=False)
     for c in answer.citations:
         out.print(f"  source: [bold]{c.doc_id}[/] ({c.corpus}, {c.source_system}) {c.chunk_id}",
                   highlight=False)  # fmt: skip
     if answer.hint:
-        out.print(f"[yellow]hint:[/] {answer.hint}", highlight=False)
+        out.print(f"[yellow]hint:[/] {escape(answer.hint)}", highlight=False)
     if answer.claims and answer.claims.unsupported:
         out.print(f"[yellow]unsupported by the cited chunks:[/] "
-                  f"{' | '.join(answer.claims.unsupported)}", highlight=False)  # fmt: skip
+                  f"{escape(' | '.join(answer.claims.unsupported))}", highlight=False)  # fmt: skip
 
 
 @app.command()
@@ -114,10 +115,14 @@ def print_replay(r: Replay, out: Console) -> None:
               f"{who['route_id']} ({(who.get('retrieval') or {}).get('mode')})",
               highlight=False)  # fmt: skip
     for p in r.proposed:
-        out.print(f"[bold]Proposed:[/] {p}", highlight=False)
+        args = p.get("arguments") if "arguments" in p else {"query": p.get("query")}
+        state = "" if p.get("accepted", True) else f" REFUSED: {p.get('error')}"
+        out.print(f"[bold]Proposed:[/] {escape(str(p.get('tool')))} on "
+                  f"{escape(str(p.get('corpus')))} {escape(str(args))}{escape(state)}",
+                  highlight=False)  # fmt: skip
     for d in r.decisions:
         out.print(f"[bold]Policy:[/] {d['policy_version']} -> {d['verdict']} ({d['reason']}) "
-                  f"on {d['resource']} [{d['audit_id']}]", highlight=False)  # fmt: skip
+                  f"on {d['resource']} (audit {d['audit_id']})", highlight=False)  # fmt: skip
     out.print(f"[bold]Verdict before search?[/] {'yes' if r.verdict_before_search else 'NO'}")
     for p in r.model_saw:
         chunks = ", ".join(f"{c['chunk_id']} ({c['score']:.3f})" for c in p["chunks"]) or "none"

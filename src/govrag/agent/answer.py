@@ -53,10 +53,15 @@ class Answer:
         """The hidden-item marker as advice: where relevant material exists, whom to ask."""
         if not self.hidden.present:
             return None
-        parts = []
+        contacts: dict[str, list[str]] = {}
         for s in self.hidden.sources:
-            who = f"; contact {s.author_email}" if s.author_email else ""
-            parts.append(f"relevant material exists in {s.source_system}{who}")
+            emails = contacts.setdefault(s.source_system, [])
+            if s.author_email and s.author_email not in emails:
+                emails.append(s.author_email)
+        parts = [
+            f"relevant material exists in {system}" + (f"; contact {', '.join(e)}" if e else "")
+            for system, e in contacts.items()
+        ]
         return "; ".join(parts) or "relevant material exists that you may not read"
 
     def as_dict(self) -> dict[str, Any]:

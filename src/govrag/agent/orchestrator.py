@@ -296,7 +296,9 @@ class Orchestrator:
             if not citations:
                 reason = "uncited"  # a knowledge route never delivers an unsupported answer
         abstained = reason is not None
-        if reason is not None and reason != "uncited" and not reply.strip():
+        if reason is not None and reason != "llm_error":
+            # Never a confident answer without validated, cited evidence: whatever the model
+            # wrote is replaced (its hash is not what is delivered).
             reply = _abstention(reason)
         sources: dict[HiddenSource, None] = {}
         for p in run.packs:
@@ -371,6 +373,7 @@ _ABSTAIN = {
     "thin_evidence": "The documents I found are too thin to answer this reliably.",
     "off_topic": "The documents I found do not address this question.",
     "scope_violation": "The evidence failed validation and was withheld; this was reported.",
+    "uncited": "I could not ground an answer in the documents you may read.",
 }
 
 
