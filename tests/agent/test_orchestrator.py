@@ -400,3 +400,23 @@ def test_answers_do_not_depend_on_which_process_serves_them(
     one, two = (ask(d, "officer-123", QUESTION) for d in (a, b))
     assert one.answer == two.answer
     assert [c.chunk_id for c in one.citations] == [c.chunk_id for c in two.citations]
+
+
+CITED = "EU corporate wire limit: EUR 50,000 per day [sp:policy-wire-limits-v3#0]."
+
+
+def test_pattern_3_a_tool_off_the_stage_allowlist_is_refused(dep: Deployment) -> None:
+    client, sent = scripted([
+        completion(("get_document_metadata", '{"doc_id": "leave"}')),
+        completion(("retrieve_documents", '{"corpus": "policy-engine", "query": "wire limit"}')),
+        completion(text=CITED),
+        completion(text=CITED),
+    ])  # fmt: skip
+    spy_on(dep, client)
+    answer = ask(dep, "officer-123", QUESTION, route_id="staged")
+    assert [t["function"]["name"] for t in sent[0]["tools"]] == ["retrieve_documents",
+                                                                 "list_corpora"]  # fmt: skip
+    refused = json.loads(next(m for m in sent[1]["messages"] if m["role"] == "tool")["content"])
+    assert "is not offered on this route" in refused["error"]
+    assert not answer.abstained and answer.citations[0].doc_id == "policy-wire-limits-v3"
+    check_replay(dep, answer)
