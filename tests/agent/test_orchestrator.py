@@ -189,6 +189,12 @@ def test_pattern_1_the_seed_worked_example(dep: Deployment) -> None:
     # matched; the PDP allowed it; then it answered with no further tool call.
     assert spy.tool_names()[0] == ["retrieve_documents", "list_corpora", "get_document_metadata"]
     assert [(d.corpus, d.verdict) for d in answer.decisions] == [("policy-engine", "ALLOW")]
+    # The seed's trace fields, per retrieve.
+    (traced,) = answer.trace["retrievals"]
+    assert traced["retrieve_proposal"] == {"tool": "retrieve_documents", "corpus": "policy-engine",
+                                           "query": QUESTION}  # fmt: skip
+    assert (traced["pep_verdict"], traced["validation_passed"]) == ("ALLOW", True)
+    assert traced["context_pack_id"] == answer.packs[0].context_pack_id
     # Nothing about the caller reaches the model.
     sent = json.dumps(spy.calls)
     for secret in ("officer-123", "officer@bank.example", "policy-engine:read", "internal",

@@ -309,6 +309,7 @@ class Orchestrator:
         )
         run.trace.update(
             {
+                "retrievals": run.retrievals,
                 "unknown_citations": unknown,
                 "steps": run.steps,
                 "validation_passed": [v.validation_passed for v in run.validations],

@@ -63,6 +63,8 @@ class Run:
     top_k: int = 8
     max_steps: int = 6
     decisions: list[CorpusDecision] = field(default_factory=list)
+    #: Per retrieve, in order: the trace fields of seed 003 (proposal, corpus, verdict, pack).
+    retrievals: list[dict[str, Any]] = field(default_factory=list)
     packs: list[ContextPack] = field(default_factory=list)
     #: ``(pack id, chunk)`` of every chunk that passed validation: all the model may cite.
     evidence: list[tuple[str, PackChunk]] = field(default_factory=list)
@@ -133,10 +135,18 @@ class Run:
         out: list[Retrieved] = []
         packs_iter = iter(packs)
         for proposal, decision, pack in done:
-            if pack is None:
+            shown = next(packs_iter) if pack is not None else None
+            self.retrievals.append({
+                "retrieve_proposal": {"tool": proposal.tool, "corpus": proposal.corpus,
+                                      "query": proposal.query},
+                "corpus": proposal.corpus,
+                "pep_verdict": decision.verdict,
+                "context_pack_id": shown.context_pack_id if shown else None,
+                "validation_passed": report.validation_passed if shown and report else None,
+            })  # fmt: skip
+            if shown is None:
                 out.append(Retrieved(proposal.corpus, decision, None, decision.reason))
                 continue
-            shown = next(packs_iter)
             assert report is not None
             if not report.validation_passed:
                 out.append(Retrieved(proposal.corpus, decision, None, report.reason))
