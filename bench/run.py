@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    .venv/bin/python -m bench.run [--only scifact|synthetic|postgres|pdp|governed|gateway]
+    .venv/bin/python -m bench.run [--only scifact|synthetic|postgres|pdp|governed|gateway|writeback]
                                   [--chunks N]
                                   [--queries N] [--skip-minilm] [--pg-chunks N]
 
@@ -385,7 +385,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
     parser.add_argument(
         "--only",
-        choices=("scifact", "synthetic", "postgres", "pdp", "governed", "gateway"),
+        choices=("scifact", "synthetic", "postgres", "pdp", "governed", "gateway", "writeback"),
         help="run one benchmark",
     )
     parser.add_argument("--chunks", type=int, default=100_000, help="synthetic corpus size")
@@ -467,6 +467,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         results["gateway"] = gw
         printed.append(lambda: say(gateway.table(gw)))
 
+    if args.only in (None, "writeback"):
+        from bench import writeback
+
+        wb = writeback.run(say)
+        results["writeback"] = wb
+        printed.append(lambda: say(writeback.table(wb)))
+
     if args.only == "postgres":
         # Imported here: it needs the `postgres` extra and the test server helper.
         from bench import postgres
@@ -495,7 +502,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for show in printed:
         show()
     # A single benchmark's figures go to their own file, so they do not replace the full run's.
-    own_file = args.only in ("postgres", "pdp", "governed", "gateway")
+    own_file = args.only in ("postgres", "pdp", "governed", "gateway", "writeback")
     path = OUT_DIR / (f"results-{args.only}.json" if own_file else "results.json")
     path.write_text(json.dumps(results, indent=2) + "\n")
     say(f"\nwrote {path} (total {results['total_s']}s)")

@@ -200,7 +200,10 @@ def search(
         str | None,
         typer.Option(help="Continue this session (its route stays pinned) instead of opening one."),
     ] = None,
-    strategy: Annotated[Strategy, typer.Option(help="Retrieval strategy.")] = Strategy.HYBRID,
+    strategy: Annotated[
+        Strategy | None,
+        typer.Option(help="Retrieval strategy (default: search.default_strategy, hybrid)."),
+    ] = None,
     top_k: Annotated[int | None, typer.Option(help="Results to return.")] = None,
     filter_: Annotated[
         list[str] | None, typer.Option("--filter", help="Metadata filter KEY=VALUE (repeatable).")
@@ -222,7 +225,7 @@ def search(
                 corpora=tuple(corpus) if corpus else None,
                 route_id=route,
                 session_id=session,
-                strategy=strategy,
+                strategy=strategy or dep.settings.search.default_strategy,
                 top_k=dep.settings.search.default_top_k if top_k is None else top_k,
                 filters=tuple(parse_cli_filter(f) for f in filter_ or ()),
             )

@@ -37,6 +37,7 @@ from govrag.settings import (
 from govrag.store import KnowledgeStore, open_store
 from govrag.types import Principal
 from govrag.validation import Validator
+from govrag.writeback import ControlledWriteBackStore
 
 
 class PrincipalsFile(BaseModel):
@@ -145,9 +146,31 @@ class Deployment:
             reranker=reranker,
             rights=self.rights,
             cache=ResultCache(g.cache_entries),
+            overlay=self.writeback,
             token_budget=g.token_budget,
             candidates=g.candidates,
         )
+
+    @cached_property
+    def writeback(self) -> ControlledWriteBackStore:
+        """The write-back store: disabled unless ``[writeback] enabled``; every admission
+        decision is a ``writeback_admission`` audit event (the content only as a hash)."""
+        cfg = self.settings.writeback
+
+        def audit(tenant: str, session: str, payload: dict[str, Any]) -> None:
+            turn = payload.get("source_turn_id")
+            if tenant not in self.store.tenants():
+                # A candidate's scope is what the agent claimed: an unknown tenant gets no
+                # audit chain of its own; the decision goes to the deployment's tenant.
+                tenant = self.settings.default_tenant
+            self.store.append_audit(tenant,
+                                    "writeback_admission", payload,
+                                    request_id=f"turn:{turn}" if turn else "writeback",
+                                    session_id=session or "none")  # fmt: skip
+
+        if cfg.enabled:
+            return ControlledWriteBackStore.enabled(allowed_agents=cfg.allowed_agents, audit=audit)
+        return ControlledWriteBackStore.disabled(audit=audit)
 
     @cached_property
     def rights(self) -> RightsTrim:
@@ -214,6 +237,7 @@ class Deployment:
             catalog=self.store.list_corpora,
             is_empty=self.store.is_empty,
             record_access=self.store.record_access,
+            strategy=self.settings.search.default_strategy,
             max_steps=self.settings.llm.max_steps,
             claim_min_overlap=self.settings.validation.claim_min_overlap,
         )

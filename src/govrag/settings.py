@@ -21,7 +21,7 @@ from pydantic_settings import (
 )
 
 from govrag.errors import ConfigError, describe_validation
-from govrag.types import Classification
+from govrag.types import Classification, Strategy
 
 CONFIG_FILE = "govrag.toml"
 PRINCIPALS_FILE = "principals.json"
@@ -59,6 +59,8 @@ class SearchSettings(_Section):
     #: How many candidates each leg contributes to fusion (at least top_k).
     fusion_depth: int = Field(default=100, ge=1, le=10_000)
     default_top_k: int = Field(default=10, ge=1, le=1000)
+    #: The strategy of ``govrag ask``'s retrieves (and ``govrag search`` without --strategy).
+    default_strategy: Strategy = Strategy.HYBRID
     #: Report whether a relevant candidate was removed by access rules (content-free).
     hidden_marker: bool = True
     #: PostgreSQL: when the caller may read at most this many vectors, the vector leg scores
@@ -196,6 +198,14 @@ class LlmSettings(_Section):
         return value.rstrip("/")
 
 
+class WritebackSettings(_Section):
+    """The controlled write-back overlay (seed 001): off unless turned on here."""
+
+    enabled: bool = False
+    #: Agent ids allowed to write; nobody else's candidates are admitted.
+    allowed_agents: list[str] = []
+
+
 class Settings(BaseSettings):
     """Every setting of a deployment. Build it with :func:`load_settings`."""
 
@@ -217,6 +227,7 @@ class Settings(BaseSettings):
     rights: RightsSettings = RightsSettings()
     validation: ValidationSettings = ValidationSettings()
     llm: LlmSettings = LlmSettings()
+    writeback: WritebackSettings = WritebackSettings()
 
     @classmethod
     def settings_customise_sources(

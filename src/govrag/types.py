@@ -42,6 +42,17 @@ class Strategy(StrEnum):
     HYBRID = "hybrid"
 
 
+class QueryExpansion(StrEnum):
+    """Query expansion before retrieval. govrag expands nothing yet: ``none`` is the only value
+    (the write-back overlay joins only unexpanded requests)."""
+
+    NONE = "none"
+
+
+#: ``source_system`` of write-back overlay evidence in hits, packs, citations and replay.
+WRITEBACK_SOURCE = "writeback"
+
+
 class Frozen(BaseModel):
     """Base of govrag's value objects: immutable, unknown fields rejected."""
 
@@ -129,6 +140,9 @@ class SearchRequest(Frozen):
     strategy: Strategy = Strategy.HYBRID
     top_k: int = Field(default=10, ge=1, le=1000)
     filters: tuple[MetadataFilter, ...] = ()
+    query_expansion: QueryExpansion = QueryExpansion.NONE
+    #: The gateway drops candidates scoring below this (write-back overlay hits included).
+    min_score: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
 
     @field_validator("query")
     @classmethod

@@ -426,3 +426,40 @@ def test_pattern_3_a_tool_off_the_stage_allowlist_is_refused(dep: Deployment) ->
     assert "is not offered on this route" in refused["error"]
     assert not answer.abstained and answer.citations[0].doc_id == "policy-wire-limits-v3"
     check_replay(dep, answer)
+
+
+def test_write_back_memory_joins_a_keyword_prefetch_labelled_and_audited(
+    make_dep: Callable[..., Deployment],
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from govrag.writeback import AdmissionGate, RetrievalScope, WriteBackCandidate
+
+    dep = make_dep(writeback={"enabled": True, "allowed_agents": ["desk-agent"]},
+                   search={"default_strategy": "keyword"})  # fmt: skip
+    spy_on(dep)
+    first = ask(dep, "officer-123", QUESTION, route_id="policy_qa")
+    memo = "Confirmed by the client today: the Acme wire limit exception is EUR 80,000 per day."
+    result = dep.writeback.admit(WriteBackCandidate(
+        scope=RetrievalScope("t1", first.session_id), source_turn_id="turn-1",
+        agent_id="desk-agent", gate=AdmissionGate.USER_CONFIRMED, content=memo,
+        confidence=0.95, expires_at=datetime.now(UTC) + timedelta(hours=1)))  # fmt: skip
+    assert result.admitted
+    later = ask(dep, "officer-123", "What is the Acme wire limit exception per day?",
+                route_id="policy_qa", session_id=first.session_id)  # fmt: skip
+    assert not later.abstained
+    cited_memory = [c for c in later.citations if c.source_system == "writeback"]
+    assert [c.doc_id for c in cited_memory] == [result.id]  # labelled write-back evidence
+    assert later.validation is not None and later.validation.scope_violation_count == 0
+    r = replay(dep.store, "t1", later.request_id)
+    assert any(c["chunk_id"] == result.id for p in r.model_saw for c in p["chunks"])
+    admissions = [
+        e.payload for e in dep.store.audit_events("t1") if e.kind == "writeback_admission"
+    ]
+    assert [(a["admitted"], a["agent_id"]) for a in admissions] == [(True, "desk-agent")]
+    assert memo not in json.dumps(admissions)  # the content is audited only as a hash
+    # Another session (a new one) never sees it.
+    other = ask(dep, "officer-123", "What is the Acme wire limit exception per day?",
+                route_id="policy_qa")  # fmt: skip
+    assert all(c.source_system != "writeback" for c in other.citations)
+    check_replay(dep, later)

@@ -31,7 +31,7 @@ from govrag.agent import prompts
 from govrag.agent.answer import Answer, cited
 from govrag.agent.llm import LlmClient, Message
 from govrag.agent.retrieve import RETRIEVE_TOOL, GovernedSearch
-from govrag.agent.run import Run, ToolExecutor
+from govrag.agent.run import PREFETCH, Run, ToolExecutor
 from govrag.errors import InputError, LlmError
 from govrag.policy.pep import Proposal
 from govrag.routes.models import Tool
@@ -150,7 +150,7 @@ class Orchestrator:
         action = self._retrieve_action(run)
         run.retrieve(
             [
-                Proposal(tool="prefetch", action=action, corpus=c, query=run.question)
+                Proposal(tool=PREFETCH, action=action, corpus=c, query=run.question)
                 for c in run.session.retrieval.scope
             ]
         )

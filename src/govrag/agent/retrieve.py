@@ -129,7 +129,9 @@ class GovernedSearch:
     ) -> GovernedResult:
         """One governed retrieve per corpus (default: every corpus in the route's scope)."""
         try:
-            request = SearchRequest(query=query, strategy=strategy, top_k=top_k, filters=filters)
+            # Corpora the caller names are named sources (the write-back overlay stays out).
+            request = SearchRequest(query=query, strategy=strategy, top_k=top_k, filters=filters,
+                                    corpora=corpora)  # fmt: skip
         except ValidationError as exc:
             raise InputError(describe_validation(exc)) from exc
         request_id = f"req-{secrets.token_hex(8)}"

@@ -25,6 +25,9 @@ from govrag.routes.session import Session
 from govrag.types import ContextPack, PackChunk, Principal, SearchRequest, Strategy
 from govrag.validation import AuditSink, ValidationReport
 
+#: The tool name of Pattern 0's app-made retrieves.
+PREFETCH = "prefetch"
+
 
 def payload_hash(messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> str:
     """SHA-256 of the canonical JSON of an LLM request (what ``llm_call`` records)."""
@@ -111,7 +114,10 @@ class Run:
         done: list[tuple[Proposal, CorpusDecision, ContextPack | None]] = []
         for proposal in proposals:
             query = proposal.query.strip() or self.question
-            one = request.model_copy(update={"query": query[:4096]})
+            # A corpus the model or a workflow stage names is a named source; prefetch takes
+            # the route's scope and names none (only then may the write-back overlay join).
+            named = None if proposal.tool == PREFETCH else (proposal.corpus,)
+            one = request.model_copy(update={"query": query[:4096], "corpora": named})
             decision, pack = self.governed.retrieve(
                 self.principal, self.session, proposal, one, self.request_id
             )

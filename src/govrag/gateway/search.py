@@ -12,6 +12,7 @@ ones are packed to the token budget.
 from __future__ import annotations
 
 from govrag.gateway.cache import BypassHook, CacheKey, Ranked, ResultCache
+from govrag.gateway.overlay import eligible, overlay_hits
 from govrag.gateway.pack import (
     ContextPack,
     TokenCounter,
@@ -22,7 +23,8 @@ from govrag.gateway.pack import (
 from govrag.gateway.rerank import DeterministicReranker, Reranker
 from govrag.gateway.rights import RightsTrim, StoredAclChecker
 from govrag.store.protocol import KnowledgeStore
-from govrag.types import Principal, SearchRequest
+from govrag.types import WRITEBACK_SOURCE, Principal, SearchRequest
+from govrag.writeback import ControlledWriteBackStore
 
 #: Most candidates fetched from the store for the reranker.
 MAX_CANDIDATES = 1000
@@ -40,6 +42,7 @@ class Gateway:
         rights: RightsTrim | None = None,
         cache: ResultCache | None = None,
         cache_bypass: BypassHook | None = None,
+        overlay: ControlledWriteBackStore | None = None,
         token_budget: int = 2000,
         candidates: int = 50,
     ) -> None:
@@ -50,14 +53,33 @@ class Gateway:
         self.cache = cache if cache is not None else ResultCache()
         #: The write-back overlay's hook: requests it claims never read or fill the cache.
         self.cache_bypass = cache_bypass
+        #: The write-back overlay; it joins only eligible requests (see gateway/overlay.py).
+        self.overlay = overlay
         self.token_budget = token_budget
         self.candidates = candidates
 
     def retrieve(
-        self, principal: Principal, corpus: str, request: SearchRequest, *, policy_version: str
+        self,
+        principal: Principal,
+        corpus: str,
+        request: SearchRequest,
+        *,
+        policy_version: str,
+        session_id: str | None = None,
     ) -> ContextPack:
-        ranked, cache_hit = self._ranked(principal, corpus, request, policy_version)
-        confirmed, withheld, checks = self.rights.trim(principal, ranked.hits)
+        """The pack of ``corpus`` for ``request``; ``session_id`` (the caller's pinned
+        session) scopes the write-back overlay, for requests it may join."""
+        joins = eligible(self.overlay, request, session_id)
+        ranked, cache_hit = self._ranked(principal, corpus, request, policy_version, joins,
+                                         session_id)  # fmt: skip
+        # Overlay entries are the caller's own session's memory: no source system to ask.
+        memory = {h.chunk_id for h in ranked.hits if h.source_system == WRITEBACK_SOURCE}
+        confirmed, withheld, checks = self.rights.trim(
+            principal, [h for h in ranked.hits if h.chunk_id not in memory]
+        )
+        if memory:
+            kept = {h.chunk_id for h in confirmed} | memory
+            confirmed = [h for h in ranked.hits if h.chunk_id in kept]
         chunks, tokens, dropped = fit_to_budget(confirmed, self.token_budget, self.counter)
         return ContextPack(
             context_pack_id=new_pack_id(),
@@ -77,11 +99,18 @@ class Gateway:
         )
 
     def _ranked(
-        self, principal: Principal, corpus: str, request: SearchRequest, policy_version: str
+        self,
+        principal: Principal,
+        corpus: str,
+        request: SearchRequest,
+        policy_version: str,
+        joins: bool,
+        session_id: str | None,
     ) -> tuple[Ranked, bool]:
         depth = min(MAX_CANDIDATES, max(request.top_k, self.candidates))
         key = None
-        bypass = self.cache_bypass is not None and self.cache_bypass(principal, request)
+        # Overlay-eligible requests never read or fill the cache (seed 001).
+        bypass = joins or (self.cache_bypass is not None and self.cache_bypass(principal, request))
         if self.cache.max_entries and not bypass:
             key = CacheKey.build(
                 principal,
@@ -97,7 +126,12 @@ class Gateway:
                 return found, True
         one_corpus = request.model_copy(update={"corpora": (corpus,), "top_k": depth})
         result = self.store.search(principal, one_corpus)
-        hits = self.reranker.rerank(request.query, result.results, request.top_k)
+        candidates = list(result.results)
+        if joins and self.overlay is not None and session_id is not None:
+            candidates += overlay_hits(self.overlay, principal, session_id, corpus, request)
+            candidates.sort(key=lambda h: -h.score)  # both are BM25: merge by score
+        candidates = [h for h in candidates if h.score >= request.min_score]
+        hits = self.reranker.rerank(request.query, candidates, request.top_k)
         ranked = Ranked(tuple(hits), result.hidden, result.truncated)
         if key is not None:
             self.cache.put(key, ranked)

@@ -105,7 +105,11 @@ class PolicyEnforcementPoint:
             retrieval,
             proposal,
             lambda decision: gateway.retrieve(
-                principal, proposal.corpus, request, policy_version=decision.policy_version
+                principal,
+                proposal.corpus,
+                request,
+                policy_version=decision.policy_version,
+                session_id=session_id,
             ),
             route_id=route_id,
             request_id=request_id,
