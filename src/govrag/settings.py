@@ -198,6 +198,45 @@ class LlmSettings(_Section):
         return value.rstrip("/")
 
 
+class SourceSettings(_Section):
+    """One configured source of documents (``[sources.<name>]``), read by ``govrag ingest NAME``."""
+
+    #: ``filesystem`` (a folder of .md, .txt, .html, .pdf) or ``jsonl`` (an export file).
+    connector: Literal["filesystem", "jsonl"]
+    #: The folder or file; relative to the deployment directory.
+    path: str
+    #: The source system its documents, accounts and groups belong to (default: the name).
+    source_system: str | None = None
+    #: Filesystem: the corpus of every document (default: each file's top-level folder).
+    corpus: str | None = None
+    #: 1 (most authoritative) to 5; the Curation Pass reads it.
+    authority_tier: int = Field(default=3, ge=1, le=5)
+    #: Filesystem: the classification of documents that do not state one.
+    classification: Classification = Classification.INTERNAL
+    #: The tenant its documents land in (default: ``default_tenant``).
+    tenant: str | None = None
+
+    @field_validator("classification", mode="before")
+    @classmethod
+    def _parse(cls, value: object) -> Classification:
+        return Classification.parse(value)
+
+
+class CurationSettings(_Section):
+    """The Curation Pass: ``trust = 0.5 + recency * (authority + demand)``, clamped to 0..1.
+
+    ``authority = authority_weight * (3 - authority_tier) / 2`` (tier 1 raises, tier 5 lowers);
+    ``demand = demand_weight * (1 - exp(-hits / demand_scale))`` from the access counter;
+    ``recency = 0.5 ** (days since the last access, or since the document changed when it was
+    never accessed, / half_life_days)``: what nobody uses sinks toward neutral (0.5).
+    """
+
+    half_life_days: float = Field(default=90.0, gt=0.0, le=36_500.0)
+    authority_weight: float = Field(default=0.3, ge=0.0, le=0.5)
+    demand_weight: float = Field(default=0.2, ge=0.0, le=0.5)
+    demand_scale: float = Field(default=10.0, gt=0.0, le=1e9)
+
+
 class WritebackSettings(_Section):
     """The controlled write-back overlay (seed 001): off unless turned on here."""
 
@@ -228,6 +267,8 @@ class Settings(BaseSettings):
     validation: ValidationSettings = ValidationSettings()
     llm: LlmSettings = LlmSettings()
     writeback: WritebackSettings = WritebackSettings()
+    sources: dict[str, SourceSettings] = {}
+    curation: CurationSettings = CurationSettings()
 
     @classmethod
     def settings_customise_sources(
