@@ -338,3 +338,21 @@ def test_demo_prints_the_worked_example(tmp_path: Path) -> None:
     assert "Verdict before search? yes" in out and "audit chain intact" in out
     again = govrag("demo", "--dir", str(tmp_path / "demo"), "--embedder", "hash", cwd=tmp_path)
     assert again.returncode == 0 and "42 unchanged" in again.stdout  # re-running is idempotent
+
+
+def test_click_and_curate(deployment: Path) -> None:
+    opts = ("--deployment", str(deployment))
+    done = govrag("click", "sharepoint:policy-wire-limits-v3", "--as", "ana", "--json", *opts,
+                  cwd=deployment)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["hits"] >= 1
+    # Ben may not read it: the same refusal as for a document that does not exist.
+    for target in ("sharepoint:policy-wire-limits-v3", "sharepoint:nope"):
+        refused = govrag("click", target, "--as", "ben", *opts, cwd=deployment)
+        assert refused.returncode == 2 and f"no document {target!r} that 'ben'" in refused.stderr
+    bad = govrag("click", "policy-wire-limits-v3", "--as", "ana", *opts, cwd=deployment)
+    assert bad.returncode == 2 and "SOURCE_SYSTEM:EXTERNAL_ID" in bad.stderr
+    first = govrag("curate", "--json", *opts, cwd=deployment)
+    assert first.returncode == 0, first.stderr
+    (report,) = json.loads(first.stdout)["tenants"]
+    assert report["tenant"] == "bank" and report["documents"] == 6

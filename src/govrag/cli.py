@@ -474,6 +474,7 @@ def audit_verify(
 
 # Commands of the agentic app live in their own module; importing it registers them.
 from govrag import cli_agent as _cli_agent  # noqa: E402, F401
+from govrag import cli_curate as _cli_curate  # noqa: E402, F401
 
 
 def main() -> None:

@@ -8,10 +8,13 @@ inside every search leg.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from govrag.embed.base import Embedder
+from govrag.settings import CurationSettings
 from govrag.store.audit import AuditEvent, ChainReport
+from govrag.store.curation import CurationReport
 from govrag.store.records import DocumentWrite, IndexReport, StoredHashes
 from govrag.store.sessions import SessionRow
 from govrag.types import Principal, SearchRequest, SearchResult
@@ -50,6 +53,9 @@ class KnowledgeStore(Protocol):
         self, tenant: str, documents: Sequence[tuple[str, str]], *, kind: str = "answer"
     ) -> None: ...
     def access_counts(self, tenant: str) -> dict[str, int]: ...
+    def curate(
+        self, tenant: str, settings: CurationSettings | None = None, *, now: datetime | None = None
+    ) -> CurationReport: ...
 
     # derived indexes
     def sync_indexes(self, tenant: str, *, vectors: bool = True) -> None: ...

@@ -7,8 +7,11 @@ same transaction, and every change to rights bumps the tenant's ACL epoch.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from govrag.errors import ConfigError, StoreError
+from govrag.settings import CurationSettings
+from govrag.store.curation import NEUTRAL, CurationReport, parse_instant, trust_score
 from govrag.store.dialect import Conn
 from govrag.store.records import (
     EVERYONE,
@@ -105,6 +108,39 @@ class SQLWrites(SQLBase):
                 "hits = access_counter.hits + 1, last_accessed_at = excluded.last_accessed_at",
                 [(tenant, f"{ss}:{ext}", now) for ss, ext in sorted(set(documents))],
             )
+
+    def curate(
+        self, tenant: str, settings: CurationSettings | None = None, *, now: datetime | None = None
+    ) -> CurationReport:
+        """Recompute every ``trust_score`` of ``tenant`` from current inputs (the Curation
+        Pass, see :mod:`govrag.store.curation`); one transaction."""
+        cfg = settings or CurationSettings()
+        at = now or datetime.now(UTC)
+        with self._tx(tenant) as conn:
+            rows = conn.execute(
+                "SELECT d.doc_id, d.authority_tier, d.updated_at, d.ingested_at, d.trust_score, "
+                "COALESCE(a.hits, 0), a.last_accessed_at FROM documents d "
+                "LEFT JOIN access_counter a ON a.tenant_id = d.tenant_id "
+                "AND a.entity_kind = 'document' "
+                "AND a.entity_id = d.source_system || ':' || d.external_id "
+                "WHERE d.tenant_id = ?",
+                (tenant,),
+            ).fetchall()
+            changes: list[tuple[float, str, int]] = []
+            total = 0.0
+            for doc_id, tier, updated, ingested, old, hits, last in rows:
+                changed = parse_instant(updated, parse_instant(ingested, at))
+                new = trust_score(cfg, authority_tier=int(tier), hits=int(hits),
+                                  last_accessed=parse_instant(last, at) if last else None,
+                                  changed=changed, now=at)  # fmt: skip
+                total += new
+                if abs(new - float(old)) > 1e-9:
+                    changes.append((new, tenant, int(doc_id)))
+            conn.executemany(
+                "UPDATE documents SET trust_score = ? WHERE tenant_id = ? AND doc_id = ?", changes
+            )
+        return CurationReport(tenant, len(rows), len(changes),
+                              total / len(rows) if rows else NEUTRAL, at.isoformat())  # fmt: skip
 
     def access_counts(self, tenant: str) -> dict[str, int]:
         """Hits per ``source_system:external_id`` of documents that were ever accessed."""

@@ -1,0 +1,76 @@
+"""``govrag curate`` (the Curation Pass) and ``govrag click`` (a source click, counted)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from govrag.cli import DeploymentOpt, JsonOpt, _deployment, _emit, _guard, app, err
+
+if TYPE_CHECKING:
+    from govrag.store.curation import CurationReport
+
+
+@app.command()
+def curate(
+    tenant: Annotated[
+        str | None, typer.Option(help="Only this tenant (default: every one).")
+    ] = None,
+    deployment: DeploymentOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Recompute every document's trust score from authority and access (idempotent)."""
+
+    def run() -> list[CurationReport]:
+        dep = _deployment(deployment)
+        try:
+            tenants = [tenant] if tenant else dep.store.tenants()
+            return [dep.store.curate(t, dep.settings.curation) for t in tenants]
+        finally:
+            dep.close()
+
+    reports = _guard(run)
+    if as_json:
+        _emit({"tenants": [r.as_dict() for r in reports]})
+        return
+    for r in reports:
+        err.print(f"tenant {r.tenant}: {r.documents} documents, {r.moved} scores moved, "
+                  f"mean trust {r.mean_trust:.3f}", highlight=False)  # fmt: skip
+
+
+@app.command()
+def click(
+    doc: Annotated[str, typer.Argument(help="SOURCE_SYSTEM:EXTERNAL_ID of the document opened.")],
+    as_: Annotated[str, typer.Option("--as", help="Principal `sub` from principals.json.")],
+    deployment: DeploymentOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Count a click on a document's source (only for a document the principal may read)."""
+    from govrag.errors import InputError, NotFoundError
+
+    def run() -> dict[str, object]:
+        source_system, sep, external_id = doc.partition(":")
+        if not sep or not source_system or not external_id:
+            raise InputError(
+                f"document {doc!r}: give SOURCE_SYSTEM:EXTERNAL_ID, e.g. "
+                "sharepoint:policy-wire-limits-v3 (a citation's source and id)"
+            )
+        dep = _deployment(deployment)
+        try:
+            principal = dep.principal(as_)
+            if not dep.store.readable_documents(principal, source_system, [external_id]):
+                # The same answer whether it does not exist or may not be read.
+                raise NotFoundError(f"no document {doc!r} that {as_!r} may read")
+            dep.store.record_access(principal.tenant, [(source_system, external_id)],
+                                    kind="click")  # fmt: skip
+            hits = dep.store.access_counts(principal.tenant).get(doc, 0)
+        finally:
+            dep.close()
+        return {"document": doc, "hits": hits}
+
+    counted = _guard(run)
+    if as_json:
+        _emit(counted)
+    else:
+        err.print(f"counted a click on {doc} ({counted['hits']} accesses)", highlight=False)
