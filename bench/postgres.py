@@ -479,8 +479,11 @@ class NoAcl:
         restricted: bool,
         doc_ids: Sequence[int] | None,
         limit: int,
+        need: int | None = None,
     ) -> tuple[list[tuple[int, float]], bool]:
-        return self._store.vector_leg(scope, query, restricted=False, doc_ids=doc_ids, limit=limit)
+        return self._store.vector_leg(
+            scope, query, restricted=False, doc_ids=doc_ids, limit=limit, need=need
+        )
 
     def readable_chunks(self, scope: AccessScope, chunk_ids: Sequence[int]) -> set[int]:
         self._store.readable_chunks(scope, chunk_ids)

@@ -71,6 +71,11 @@ class SearchSettings(_Section):
     #: PostgreSQL: most index tuples a filtered HNSW scan visits (``hnsw.max_scan_tuples``);
     #: a scan stopped by it marks the result ``truncated``.
     hnsw_max_scan_tuples: int = Field(default=50_000, ge=1000, le=100_000_000)
+    #: PostgreSQL: in a fused (hybrid) ranking, the HNSW walk stops at this depth instead of
+    #: ``fusion_depth`` (never below top_k): the walk's cost grows with its depth, and vector
+    #: ranks past it rarely reach a fused top-10 (see bench/RESULTS.md). The exact path and
+    #: SQLite always return ``fusion_depth``.
+    hnsw_walk_depth: int = Field(default=40, ge=1, le=10_000)
 
 
 class IngestSettings(_Section):

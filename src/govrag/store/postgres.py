@@ -48,6 +48,17 @@ _FROM_CHUNKS = (
 )
 
 
+#: The exact path's readable chunks, before their vectors are fetched: the count needs no
+#: vector (a chunk without one only overcounts the bound; the scoring join drops it), and
+#: probing ``chunk_vectors`` there too cost a quarter of the exact leg at 10k readable chunks.
+_ALLOWED = _FROM.replace(
+    "JOIN chunk_vectors v ON v.tenant_id = c.tenant_id AND v.chunk_id = c.chunk_id ", ""
+)
+_ALLOWED_CHUNKS = _FROM_CHUNKS.replace(
+    "JOIN chunk_vectors v ON v.tenant_id = c.tenant_id AND v.chunk_id = c.chunk_id ", ""
+)
+
+
 class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
     """Knowledge store on a PostgreSQL database with pgvector >= 0.8."""
 
@@ -126,6 +137,7 @@ class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
         restricted: bool,
         doc_ids: Sequence[int] | None,
         limit: int,
+        need: int | None = None,
     ) -> tuple[list[tuple[int, float]], bool]:
         """Top ``limit`` by inner product under the access predicate (see module docs)."""
         settings = self.search_settings
@@ -147,7 +159,7 @@ class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
                 rows = conn.execute(
                     self.dialect.sql(
                         "WITH allowed AS MATERIALIZED ("
-                        f"SELECT c.chunk_id {_FROM if on_doc else _FROM_CHUNKS}{exact_conds} "
+                        f"SELECT c.chunk_id {_ALLOWED if on_doc else _ALLOWED_CHUNKS}{exact_conds} "
                         "LIMIT ?), "
                         "n AS (SELECT COUNT(*) AS n FROM allowed) "
                         "SELECT n.n, s.chunk_id, s.score FROM n LEFT JOIN LATERAL ("
@@ -163,6 +175,8 @@ class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
             # The bound or the count above established that the readable set is large; the
             # planner cannot know it (it cannot estimate the ACL predicate), so keep it from
             # sorting a filtered scan instead of walking the graph in distance order.
+            if need is not None:
+                limit = max(need, min(limit, settings.hnsw_walk_depth))
             conn.execute("SET LOCAL enable_sort = off")
             conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
             conn.execute(

@@ -87,9 +87,15 @@ class SearchBackend(Protocol):
         restricted: bool,
         doc_ids: Sequence[int] | None,
         limit: int,
+        need: int | None = None,
     ) -> tuple[list[tuple[int, float]], bool]:
         """Top ``limit`` by similarity, and whether a scan bound stopped the search before
-        it could prove there are no more candidates (the result may then be short)."""
+        it could prove there are no more candidates (the result may then be short).
+
+        ``need``: how many of them the caller cannot do without (a fused ranking asks for
+        ``limit`` but keeps ``need``); a backend whose cost grows with depth may return
+        fewer than ``limit`` but never fewer than ``need`` (PostgreSQL's HNSW walk: see
+        ``search.hnsw_walk_depth``)."""
         ...
 
     def readable_chunks(self, scope: AccessScope, chunk_ids: Sequence[int]) -> set[int]: ...
@@ -158,8 +164,9 @@ def _rank(
         )
         lexical.sort(key=lambda pair: (-pair[1], pair[0]))
     if strategy in (Strategy.SEMANTIC, Strategy.HYBRID) and qvec is not None:
+        # Fusion asks for ``depth``; the caller needs only ``top_k`` of them for certain.
         vector, truncated = backend.vector_leg(
-            scope, qvec, restricted=restricted, doc_ids=doc_ids, limit=depth
+            scope, qvec, restricted=restricted, doc_ids=doc_ids, limit=depth, need=request.top_k
         )
     if strategy is Strategy.KEYWORD:
         return lexical[: request.top_k], False
