@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
 if TYPE_CHECKING:
@@ -54,7 +55,8 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document o
 
 
 def _fail(exc: GovragError) -> NoReturn:
-    err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
+    err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True,
+              soft_wrap=True)  # fmt: skip
     raise typer.Exit(exc.exit_code)
 
 
@@ -121,54 +123,6 @@ def init(
             f"corpora in {directory / 'routes' / 'search.json'} (or re-run with --corpus ID)"
         )
     err.print(f"embedder: {chosen}. Next: govrag ingest FILE.jsonl --deployment {directory}")
-
-
-@app.command()
-def ingest(
-    file: Annotated[
-        Path, typer.Argument(help="JSONL file of identity/group/document/delete records.")
-    ],
-    tenant: Annotated[str | None, typer.Option(help="Tenant (default: default_tenant).")] = None,
-    deployment: DeploymentOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Ingest a JSONL file. Bad lines are reported with their line number and skipped."""
-    from govrag.harvest.ingest import ingest_jsonl
-
-    def run() -> Any:
-        dep = _deployment(deployment)
-        target = tenant or dep.settings.default_tenant
-        size = file.stat().st_size if file.is_file() else 0
-        with _progress(size, "ingest") as tick:
-            report = ingest_jsonl(
-                dep.store,
-                file,
-                target,
-                settings=dep.settings.ingest,
-                embedder=dep.embedder,
-                progress=tick,
-            )
-            dep.store.sync_indexes(target, vectors=False)
-        unrouted = dep.unrouted_corpora(target)
-        dep.close()
-        return report, unrouted
-
-    report, unrouted = _guard(run)
-    if unrouted:
-        err.print(
-            f"note: no route's scope includes {', '.join(map(repr, unrouted))}: every retrieve "
-            "of them is denied until a route in routes/ lists them (`govrag config check`)",
-            highlight=False,
-        )
-    for message in report.messages:
-        err.print(f"[red]error:[/] {message}", highlight=False, soft_wrap=True)
-    if as_json:
-        _emit(report.as_dict())
-    else:
-        counts = ", ".join(f"{k} {v}" for k, v in report.as_dict().items())
-        err.print(f"ingested {file}: {counts}")
-    if report.errors:
-        raise typer.Exit(1)
 
 
 def _per_tenant(
@@ -475,6 +429,7 @@ def audit_verify(
 # Commands of the agentic app live in their own module; importing it registers them.
 from govrag import cli_agent as _cli_agent  # noqa: E402, F401
 from govrag import cli_curate as _cli_curate  # noqa: E402, F401
+from govrag import cli_ingest as _cli_ingest  # noqa: E402, F401
 
 
 def main() -> None:

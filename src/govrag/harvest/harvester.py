@@ -1,0 +1,115 @@
+"""The harvester: a connector's items through an :class:`Ingestor`, one document at a time.
+
+The connector only reads; everything that touches the store happens here, through the
+:class:`Ingestor`: chunking, embedding, a transaction per document, idempotency by content
+and record hash, the ACL epoch. An item's error is reported with its ``where`` and the run
+goes on; nothing of a failed item is written. A dry run sends the same records to a
+:class:`DryRunTarget`, which answers from the store's hashes but writes nothing, and skips
+embedding, so it reports exactly what a real run would change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from govrag.embed.base import Embedder
+from govrag.harvest.connector import Connector, HarvestReport
+from govrag.harvest.ingest import Ingestor, IngestTarget
+from govrag.settings import IngestSettings
+from govrag.store.records import DocumentWrite, StoredHashes
+
+Key = tuple[str, str]
+
+
+class DryRunTarget:
+    """An ingest target that answers as ``store`` would after the writes, and writes nothing.
+
+    ``store`` may be ``None`` (no store exists yet): then every document would be added.
+    """
+
+    def __init__(self, store: IngestTarget | None) -> None:
+        self.store = store
+        self._written: dict[Key, StoredHashes | None] = {}  # None: deleted in this run
+
+    def put_identity(self, tenant: str, email: str, source_system: str, account_id: str) -> bool:
+        return True
+
+    def put_group(self, tenant: str, source_system: str, group_id: str, members: list[str]) -> bool:
+        return True
+
+    def stored_hashes(self, tenant: str, keys: Sequence[Key]) -> dict[Key, StoredHashes]:
+        ask = [k for k in keys if k not in self._written]
+        out = self.store.stored_hashes(tenant, ask) if self.store is not None and ask else {}
+        for key in keys:
+            written = self._written.get(key)
+            if written is not None:
+                out[key] = written
+        return out
+
+    def put_document(self, tenant: str, doc: DocumentWrite) -> str:
+        key = (doc.source_system, doc.external_id)
+        old = self.stored_hashes(tenant, [key]).get(key)
+        self._written[key] = StoredHashes(text_hash=doc.text_hash, record_hash=doc.record_hash)
+        if old is None:
+            return "added"
+        return "unchanged" if old.record_hash == doc.record_hash else "updated"
+
+    def delete_document(self, tenant: str, source_system: str, external_id: str) -> bool:
+        key = (source_system, external_id)
+        existed = key in self.stored_hashes(tenant, [key])
+        self._written[key] = None
+        return existed
+
+
+class _Ingestor(Ingestor):
+    """An :class:`Ingestor` that remembers where each error happened."""
+
+    failed: set[str]
+
+    def error(self, where: str, exc: Exception) -> None:
+        super().error(where, exc)
+        self.failed.add(where)
+
+
+def harvest(
+    connector: Connector,
+    store: IngestTarget | None,
+    tenant: str,
+    *,
+    settings: IngestSettings | None = None,
+    embedder: Embedder | None = None,
+    progress: Callable[[int], None] | None = None,
+    dry_run: bool = False,
+) -> HarvestReport:
+    """Ingest everything ``connector`` yields into ``tenant``; ``progress(n_bytes)`` ticks as
+    items are read. With ``dry_run`` nothing is written (``store`` may then be ``None``)."""
+    if dry_run:
+        target: IngestTarget = DryRunTarget(store)
+        embedder = None
+    elif store is None:
+        raise ValueError("harvest() needs a store unless dry_run is set")
+    else:
+        target = store
+    ingestor = _Ingestor(target, tenant, settings=settings, embedder=embedder)
+    ingestor.failed = set()
+    report = ingestor.report = HarvestReport()
+
+    def stored(keys: Sequence[Key]) -> dict[Key, StoredHashes]:
+        return target.stored_hashes(tenant, list(keys)) if keys else {}
+
+    for item in connector.scan(stored):
+        if item.error is not None:
+            ingestor.error(item.where, item.error)
+        elif item.unchanged:
+            report.unchanged += 1
+        elif item.skipped:
+            report.skipped += 1
+        for record in item.records:
+            ingestor.add(item.where, record)
+        if item.warning:
+            report.warnings.append(f"{item.where}: {item.warning}")
+        if progress is not None and item.size:
+            progress(item.size)
+    ingestor.flush()
+    connector.finish(ingestor.failed, report, commit=not dry_run)
+    return report
