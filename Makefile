@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/pip install -q -c constraints.txt
 
-.PHONY: demo test test-slow lint bench venv clean
+.PHONY: demo test test-slow soak lint bench venv clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ test: lint
 
 test-slow: $(VENV)/.stamp-dev
 	$(BIN)/python -m pytest -m slow -q
+
+# The crash test with many more SIGKILL points than `make test` runs.
+soak: $(VENV)/.stamp-dev
+	GOVRAG_CRASH_RUNS=300 $(BIN)/python -m pytest -q tests/harvest/test_crash.py
 
 bench: $(VENV)/.stamp-dev
 	$(BIN)/python -m bench.run
