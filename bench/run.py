@@ -2,9 +2,10 @@
 
 Run from the repository root::
 
-    .venv/bin/python -m bench.run [--only scifact|synthetic|postgres|pdp|governed|gateway|writeback]
-                                  [--chunks N]
-                                  [--queries N] [--skip-minilm] [--pg-chunks N]
+    .venv/bin/python -m bench.run [--only NAME] [--chunks N] [--queries N] [--skip-minilm]
+                                  [--pg-chunks N]
+
+(NAME: scifact, synthetic, postgres, pdp, governed, gateway, writeback, ingest)
 
 Without ``--only``, SciFact and the synthetic corpus on SQLite run; the PostgreSQL benchmark
 (``bench/postgres.py``: a 1M-chunk load the first time) runs only with ``--only postgres``.
@@ -385,7 +386,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
     parser.add_argument(
         "--only",
-        choices=("scifact", "synthetic", "postgres", "pdp", "governed", "gateway", "writeback"),
+        choices=(
+            "scifact",
+            "synthetic",
+            "postgres",
+            "pdp",
+            "governed",
+            "gateway",
+            "writeback",
+            "ingest",
+        ),
         help="run one benchmark",
     )
     parser.add_argument("--chunks", type=int, default=100_000, help="synthetic corpus size")
@@ -474,6 +484,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         results["writeback"] = wb
         printed.append(lambda: say(writeback.table(wb)))
 
+    if args.only in (None, "ingest"):
+        from bench import ingest
+
+        ing = ingest.run(20_000, 1_000, args.seed, say, minilm=not args.skip_minilm)
+        results["ingest"] = ing
+        printed.append(lambda: say(ingest.table(ing)))
+
     if args.only == "postgres":
         # Imported here: it needs the `postgres` extra and the test server helper.
         from bench import postgres
@@ -502,7 +519,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for show in printed:
         show()
     # A single benchmark's figures go to their own file, so they do not replace the full run's.
-    own_file = args.only in ("postgres", "pdp", "governed", "gateway", "writeback")
+    own_file = args.only in ("postgres", "pdp", "governed", "gateway", "writeback", "ingest")
     path = OUT_DIR / (f"results-{args.only}.json" if own_file else "results.json")
     path.write_text(json.dumps(results, indent=2) + "\n")
     say(f"\nwrote {path} (total {results['total_s']}s)")
