@@ -50,7 +50,7 @@ set_group = st.tuples(
 )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     initial=st.lists(grantees, min_size=len(DOCS), max_size=len(DOCS)),
     ops=st.lists(st.one_of(search, search, set_acl, set_group), min_size=1, max_size=25),

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-N_DOCS = 800
+N_DOCS = 600
 RUNS = int(os.environ.get("GOVRAG_CRASH_RUNS", "20"))
 
 
@@ -92,7 +92,7 @@ def test_sigkill_during_ingest_leaves_no_partial_document(tmp_path: Path, run: i
     corpus(data)
     # Kill points spread over the run: before the first commit (interpreter start-up),
     # mid-way, near the end.
-    delay = random.Random(run).uniform(0.8, 1.6)
+    delay = random.Random(run).uniform(0.8, 1.4)
     proc = govrag(root, "ingest", str(data))
     time.sleep(delay)
     proc.send_signal(signal.SIGKILL)

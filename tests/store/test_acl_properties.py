@@ -220,7 +220,7 @@ examples = given(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=45, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @examples
 def test_sqlite_matches_reference_model(
     world: World, query: str, ceiling: int, k: int, corpora: list[str] | None
