@@ -129,11 +129,8 @@ def _per_tenant(
     deployment: Path | None, tenant: str | None, fn: Callable[[KnowledgeStore, str], T]
 ) -> list[T]:
     """``fn(store, tenant)`` for the given tenant, or for every tenant of the deployment."""
-    dep = _deployment(deployment)
-    try:
+    with _deployment(deployment) as dep:
         return [fn(dep.store, t) for t in ([tenant] if tenant else dep.store.tenants())]
-    finally:
-        dep.close()
 
 
 @app.command()
@@ -170,8 +167,7 @@ def search(
     from govrag.store.filters import parse_cli_filter
 
     def run() -> GovernedResult:
-        dep = _deployment(deployment)
-        try:
+        with _deployment(deployment) as dep:
             principal = dep.principal(as_)
             return dep.governed.search(
                 principal,
@@ -183,8 +179,6 @@ def search(
                 top_k=dep.settings.search.default_top_k if top_k is None else top_k,
                 filters=tuple(parse_cli_filter(f) for f in filter_ or ()),
             )
-        finally:
-            dep.close()
 
     result = _guard(run)
     if as_json:

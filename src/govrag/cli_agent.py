@@ -46,12 +46,9 @@ def ask(
                 raise InputError(
                     f"--text {str(text)!r}: cannot read it as UTF-8 text: {exc}"
                 ) from exc
-        dep = _deployment(deployment)
-        try:
+        with _deployment(deployment) as dep:
             return dep.orchestrator.ask(dep.principal(as_), question, route_id=route,
                                         session_id=session, text=supplied)  # fmt: skip
-        finally:
-            dep.close()
 
     answer = _guard(run)
     if as_json:
@@ -95,11 +92,8 @@ def replay(
     from govrag.audit import replay as do_replay
 
     def run() -> Replay:
-        dep = _deployment(deployment)
-        try:
+        with _deployment(deployment) as dep:
             return do_replay(dep.store, tenant or dep.settings.default_tenant, request_id)
-        finally:
-            dep.close()
 
     result = _guard(run)
     if as_json:

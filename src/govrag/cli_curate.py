@@ -23,12 +23,9 @@ def curate(
     """Recompute every document's trust score from authority and access (idempotent)."""
 
     def run() -> list[CurationReport]:
-        dep = _deployment(deployment)
-        try:
+        with _deployment(deployment) as dep:
             tenants = [tenant] if tenant else dep.store.tenants()
             return [dep.store.curate(t, dep.settings.curation) for t in tenants]
-        finally:
-            dep.close()
 
     reports = _guard(run)
     if as_json:
@@ -56,8 +53,7 @@ def click(
                 f"document {doc!r}: give SOURCE_SYSTEM:EXTERNAL_ID, e.g. "
                 "sharepoint:policy-wire-limits-v3 (a citation's source and id)"
             )
-        dep = _deployment(deployment)
-        try:
+        with _deployment(deployment) as dep:
             principal = dep.principal(as_)
             if not dep.store.readable_documents(principal, source_system, [external_id]):
                 # The same answer whether it does not exist or may not be read.
@@ -65,8 +61,6 @@ def click(
             dep.store.record_access(principal.tenant, [(source_system, external_id)],
                                     kind="click")  # fmt: skip
             hits = dep.store.access_counts(principal.tenant).get(doc, 0)
-        finally:
-            dep.close()
         return {"document": doc, "hits": hits}
 
     counted = _guard(run)

@@ -50,8 +50,7 @@ def ingest(
     from govrag.harvest.sources import open_connector, resolve_source
 
     def run() -> Any:
-        dep = _deployment(deployment)
-        try:
+        with _deployment(deployment) as dep:
             spec = resolve_source(dep.settings, source, connector)
             target = tenant or spec.tenant or dep.settings.default_tenant
             reader = open_connector(spec, target, dep.settings.ingest)
@@ -66,8 +65,6 @@ def ingest(
                     store.sync_indexes(target, vectors=False)
             unrouted = [] if dry_run else dep.unrouted_corpora(target)
             return spec, target, report, unrouted
-        finally:
-            dep.close()
 
     spec, target, report, unrouted = _guard(run)
     if unrouted:

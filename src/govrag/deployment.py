@@ -251,6 +251,12 @@ class Deployment:
             return []
         return [c for c, _ in self.store.list_corpora(tenant) if c not in scoped]
 
+    def __enter__(self) -> Deployment:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         close_llm = getattr(self.__dict__.get("llm"), "close", None)
         if close_llm is not None:
