@@ -30,13 +30,13 @@ from typing import Any
 from govrag.agent import prompts
 from govrag.agent.answer import Answer, cited
 from govrag.agent.llm import LlmClient, Message
-from govrag.agent.retrieve import RETRIEVE_TOOL, GovernedSearch
-from govrag.agent.run import PREFETCH, Run, ToolExecutor
+from govrag.agent.retrieve import GovernedSearch, merged_hidden
+from govrag.agent.run import PREFETCH, Run, ToolExecutor, denied_or
 from govrag.errors import InputError, LlmError
 from govrag.policy.pep import Proposal
 from govrag.routes.models import Tool
 from govrag.routes.payload import check_proposal, offered_tools, tool_schemas
-from govrag.types import HiddenMarker, HiddenSource, Principal, Strategy
+from govrag.types import Principal, Strategy
 from govrag.validation import AuditSink, check_claims
 
 log = logging.getLogger("govrag.agent")
@@ -147,7 +147,7 @@ class Orchestrator:
         return run.call_model(messages, [], stage="answer").text
 
     def _prefetch(self, run: Run, text: str | None) -> tuple[str, str | None]:
-        action = self._retrieve_action(run)
+        action = self.governed.retrieve_action(run.route)
         run.retrieve(
             [
                 Proposal(tool=PREFETCH, action=action, corpus=c, query=run.question)
@@ -156,7 +156,7 @@ class Orchestrator:
         )
         last = run.validations[-1] if run.validations else None
         if not run.evidence:
-            return "", (last.reason if last else None) or _denied_or(run, "no_evidence")
+            return "", (last.reason if last else None) or denied_or(run, "no_evidence")
         return self.synthesize(run, text), None
 
     def _loop(self, run: Run, text: str | None, tools: list[Tool]) -> tuple[str, str | None]:
@@ -180,17 +180,12 @@ class Orchestrator:
             messages.extend(self.observe(run, tools, reply.tool_calls))
         else:
             run.trace["step_limit"] = True
-        return reply_text, None if run.evidence else _denied_or(run, "no_evidence")
+        return reply_text, None if run.evidence else denied_or(run, "no_evidence")
 
     # -- pieces the workflow runner shares ---------------------------------------------------
     def _tools(self, run: Run, allowlist: tuple[str, ...] | None) -> list[Tool]:
         manifest = self.config.manifests.get(run.route.tool_manifest)
         return offered_tools(manifest, run.session.retrieval, allowlist=allowlist)
-
-    def _retrieve_action(self, run: Run) -> str:
-        manifest = self.config.manifests.get(run.route.tool_manifest)
-        tool = manifest.tool(RETRIEVE_TOOL) if manifest else None
-        return tool.pdp_action if tool else RETRIEVE_TOOL
 
     def observe(self, run: Run, tools: list[Tool], calls: Any) -> list[Message]:
         """Check, decide and run the model's proposals; one tool message per call."""
@@ -300,13 +295,7 @@ class Orchestrator:
             # Never a confident answer without validated, cited evidence: whatever the model
             # wrote is replaced (its hash is not what is delivered).
             reply = _abstention(reason)
-        sources: dict[HiddenSource, None] = {}
-        for p in run.packs:
-            sources.update(dict.fromkeys(p.hidden.sources))
-        hidden = HiddenMarker(
-            present=bool(sources) or any(p.hidden.present for p in run.packs),
-            sources=tuple(sources),
-        )
+        hidden = merged_hidden(run.packs)
         run.trace.update(
             {
                 "retrievals": run.retrievals,
@@ -360,12 +349,6 @@ class Orchestrator:
 
 def _user(question: str, text: str | None) -> str:
     return question if not text else f"{question}\n\nText:\n{text}"
-
-
-def _denied_or(run: Run, fallback: str) -> str:
-    if run.decisions and all(d.verdict != "ALLOW" for d in run.decisions):
-        return "denied"
-    return fallback
 
 
 _ABSTAIN = {

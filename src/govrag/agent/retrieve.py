@@ -139,20 +139,23 @@ class GovernedSearch:
             principal, request_id=request_id, route_id=route_id, session_id=session_id
         )
         route = self.route_of(session)
-        manifest = self.sessions.config.manifests.get(route.tool_manifest)
-        tool = manifest.tool(RETRIEVE_TOOL) if manifest else None
-        action = tool.pdp_action if tool else RETRIEVE_TOOL
+        action = self.retrieve_action(route)
         targets = corpora if corpora is not None else session.retrieval.scope
         done: list[tuple[CorpusDecision, ContextPack | None]] = []
         for corpus in dict.fromkeys(targets):  # each corpus once, in the caller's order
             proposal = Proposal(tool=RETRIEVE_TOOL, action=action, corpus=corpus, query=query)
             done.append(self.retrieve(principal, session, proposal, request, request_id))
         packs = [p for _, p in done if p is not None]
-        report = self.validate(principal, query, packs, session, [d for d, _ in done],
-                               request_id)  # fmt: skip
-        if report.scope_violation_count:  # never handed out; the incident is on record
-            packs = [p.model_copy(update={"chunks": ()}) for p in packs]
+        report, packs = self.validate(principal, query, packs, session,
+                                      [d for d, _ in done], request_id)  # fmt: skip
         return _merge(request, request_id, session, [d for d, _ in done], packs, report)
+
+    def retrieve_action(self, route: Route) -> str:
+        """The PDP action of the route's ``retrieve_documents`` tool (its own name when the
+        route's manifest does not list it)."""
+        manifest = self.sessions.config.manifests.get(route.tool_manifest)
+        tool = manifest.tool(RETRIEVE_TOOL) if manifest else None
+        return tool.pdp_action if tool else RETRIEVE_TOOL
 
     def route_of(self, session: Session) -> Route:
         """The session's route row; a clear error when it was withdrawn since."""
@@ -201,10 +204,12 @@ class GovernedSearch:
         session: Session,
         decisions: Sequence[CorpusDecision],
         request_id: str,
-    ) -> ValidationReport:
+    ) -> tuple[ValidationReport, list[ContextPack]]:
         """The validation gate over ``packs``: the corpora ALLOWed in ``decisions`` are the
-        caller's entitlements, the session's pinned scope the route's."""
-        return self.validator.validate(
+        caller's entitlements, the session's pinned scope the route's. Returns the report
+        and the packs as they may be handed out: after a scope violation, none of their
+        chunks (the incident is on record)."""
+        report = self.validator.validate(
             principal,
             question,
             packs,
@@ -213,6 +218,9 @@ class GovernedSearch:
             request_id=request_id,
             session_id=session.session_id,
         )
+        if report.scope_violation_count:
+            return report, [p.model_copy(update={"chunks": ()}) for p in packs]
+        return report, list(packs)
 
 
 def _merge(
@@ -226,10 +234,6 @@ def _merge(
     # One tenant's lexical index scores every corpus alike, and fused scores are rank-based,
     # so per-corpus lists merge by score; ties keep the corpus order.
     hits = sorted((c for p in packs for c in p.chunks), key=lambda c: -c.score)
-    sources: dict[HiddenSource, None] = {}
-    for p in packs:
-        sources.update(dict.fromkeys(p.hidden.sources))
-    hidden = HiddenMarker(present=any(p.hidden.present for p in packs), sources=tuple(sources))
     return GovernedResult(
         request_id=request_id,
         session_id=session.session_id,
@@ -238,8 +242,16 @@ def _merge(
         strategy=request.strategy,
         packs=tuple(packs),
         results=tuple(hits[: request.top_k]),
-        hidden=hidden,
+        hidden=merged_hidden(packs),
         decisions=tuple(decisions),
         validation=report,
         truncated=any(p.search_truncated for p in packs),
     )
+
+
+def merged_hidden(packs: Sequence[ContextPack]) -> HiddenMarker:
+    """One request's hidden-item marker: present if any pack's is, each source once."""
+    sources: dict[HiddenSource, None] = {}
+    for p in packs:
+        sources.update(dict.fromkeys(p.hidden.sources))
+    return HiddenMarker(present=any(p.hidden.present for p in packs), sources=tuple(sources))

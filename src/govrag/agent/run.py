@@ -126,7 +126,7 @@ class Run:
         packs = [p for _, _, p in done if p is not None]
         report: ValidationReport | None = None
         if packs:
-            report = self.governed.validate(
+            report, packs = self.governed.validate(
                 self.principal,
                 self.question,
                 packs,
@@ -135,8 +135,6 @@ class Run:
                 self.request_id,
             )
             self.validations.append(report)
-            if report.scope_violation_count:
-                packs = [p.model_copy(update={"chunks": ()}) for p in packs]
             self.packs.extend(packs)
         out: list[Retrieved] = []
         packs_iter = iter(packs)
@@ -160,6 +158,13 @@ class Run:
             self.evidence.extend((shown.context_pack_id, c) for c in shown.chunks)
             out.append(Retrieved(proposal.corpus, decision, shown))
         return out
+
+
+def denied_or(run: Run, fallback: str) -> str:
+    """``denied`` when every retrieve of the request was refused, else ``fallback``."""
+    if run.decisions and all(d.verdict != "ALLOW" for d in run.decisions):
+        return "denied"
+    return fallback
 
 
 #: Runs a non-retrieve tool of a workflow stage or a proposal: arguments -> result text.

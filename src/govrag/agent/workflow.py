@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from govrag.agent import prompts
 from govrag.agent.llm import Message
-from govrag.agent.run import Run
+from govrag.agent.run import Run, denied_or
 from govrag.policy.pep import Proposal
 from govrag.routes.models import Stage, Workflow
 
@@ -80,12 +80,8 @@ def run_workflow(
             answer = orch.synthesize(run, text)
         else:
             last = run.validations[-1] if run.validations else None
-            fallback = (
-                "denied"
-                if run.decisions and all(d.verdict != "ALLOW" for d in run.decisions)
-                else "no_evidence"
-            )
-            return "", (last.reason if last and not last.validation_passed else None) or fallback
+            failed = last.reason if last and not last.validation_passed else None
+            return "", failed or denied_or(run, "no_evidence")
     return answer, None
 
 
