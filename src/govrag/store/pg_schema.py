@@ -306,7 +306,7 @@ ALTER TABLE identities FORCE ROW LEVEL SECURITY;
 ALTER TABLE incidents FORCE ROW LEVEL SECURITY;
 ALTER TABLE tenants FORCE ROW LEVEL SECURITY;
 DROP INDEX identities_by_account;
-CREATE UNIQUE INDEX identities_one_owner ON identities(tenant_id, source_system, account_id)
+CREATE UNIQUE INDEX identities_by_account ON identities(tenant_id, source_system, account_id)
 """,
     ),
 ]

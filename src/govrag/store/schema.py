@@ -212,7 +212,8 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         # Fail-closed: an account bound to more than one email is ambiguous, so every binding
         # of it is removed (it grants nobody anything until the source re-sends its owner),
         # each removal is recorded as an incident, and the tenant's ACL epoch is bumped so no
-        # cache keeps serving the rights. Then a unique index keeps one owner per account.
+        # cache keeps serving the rights. Then a unique index keeps one owner per account
+        # (same name as the index it replaces: the dialect's INDEXED BY hint names it).
         """
         CREATE TEMP TABLE ambiguous_identities AS
             SELECT tenant_id, email, source_system, account_id FROM identities i
@@ -233,7 +234,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             AND a.account_id = identities.account_id);
         DROP TABLE temp.ambiguous_identities;
         DROP INDEX identities_by_account;
-        CREATE UNIQUE INDEX identities_one_owner
+        CREATE UNIQUE INDEX identities_by_account
             ON identities(tenant_id, source_system, account_id)
         """,
     ),
