@@ -40,6 +40,12 @@ class IngestError(InputError):
         self.detail = message
 
 
+class IdentityConflict(InputError):
+    """A harvested identity would bind an account that another email owns (or rebind one
+    from an email that does not own it). Nothing was changed; the message names the source
+    system, the account and how to fix the record."""
+
+
 class NotFoundError(InputError):
     """A named thing (principal, corpus, tenant, deployment) does not exist."""
 

@@ -70,19 +70,21 @@ class World:
 
 @st.composite
 def worlds(draw: st.DrawFn) -> World:
-    identities = frozenset(
-        draw(
-            st.sets(
-                st.tuples(
-                    st.sampled_from(TENANTS),
-                    st.sampled_from(EMAILS[:3]),
-                    st.sampled_from(SYSTEMS),
-                    st.sampled_from(ACCOUNTS),
-                ),
-                max_size=8,
-            )
+    drawn = draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from(TENANTS),
+                st.sampled_from(EMAILS[:3]),
+                st.sampled_from(SYSTEMS),
+                st.sampled_from(ACCOUNTS),
+            ),
+            max_size=8,
         )
     )
+    owners: dict[tuple[str, str, str], str] = {}  # an account has one owner: the first
+    for tenant, email, system, account in drawn:
+        owners.setdefault((tenant, system, account), email)
+    identities = frozenset((t, e, s, a) for (t, s, a), e in owners.items())
     groups = {}
     for tenant in TENANTS:
         for system in SYSTEMS:

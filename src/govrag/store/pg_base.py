@@ -75,6 +75,7 @@ class PgBase(SQLBase):
     """A connection pool on one PostgreSQL database, migrated on open."""
 
     dialect = POSTGRES
+    _unique_violation = (psycopg.errors.UniqueViolation,)
 
     def __init__(
         self,

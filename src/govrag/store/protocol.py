@@ -38,6 +38,15 @@ class KnowledgeStore(Protocol):
 
     # writes (the harvester's side)
     def put_identity(
+        self,
+        tenant: str,
+        email: str,
+        source_system: str,
+        account_id: str,
+        *,
+        previous_email: str | None = None,
+    ) -> bool: ...
+    def remove_identity(
         self, tenant: str, email: str, source_system: str, account_id: str
     ) -> bool: ...
     def put_group(

@@ -38,6 +38,8 @@ class SQLBase:
     index_dir: Path | None
     _lock: threading.RLock
     _lexical: dict[str, LexicalIndex]
+    #: The driver's exception for a statement that broke a unique index or key.
+    _unique_violation: tuple[type[Exception], ...] = ()
 
     def _init_state(
         self, index_dir: Path | None, embedder: Embedder | None, search: SearchSettings | None

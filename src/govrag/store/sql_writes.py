@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from govrag.errors import ConfigError, StoreError
+from govrag.errors import ConfigError, IdentityConflict, StoreError
 from govrag.settings import CurationSettings
 from govrag.store.curation import NEUTRAL, CurationReport, parse_instant, trust_score
 from govrag.store.dialect import Conn
@@ -36,20 +36,81 @@ class SQLWrites(SQLBase):
         )
 
     # -- identities and groups -------------------------------------------------------------
-    def put_identity(self, tenant: str, email: str, source_system: str, account_id: str) -> bool:
-        """Map an email to a source-system account. Returns whether anything changed."""
+    def put_identity(
+        self,
+        tenant: str,
+        email: str,
+        source_system: str,
+        account_id: str,
+        *,
+        previous_email: str | None = None,
+    ) -> bool:
+        """Bind an email to a source-system account. Returns whether anything changed.
+
+        An account has at most one owner (a unique index, so concurrent claims cannot race
+        past it): binding an account that another email owns raises
+        :class:`~govrag.errors.IdentityConflict` and changes nothing, so a placeholder or
+        hostile claim never captures a real user's rights. ``previous_email`` rebinds the
+        account after an email change, atomically and only if ``previous_email`` owns it
+        now (compare and set); otherwise :class:`~govrag.errors.IdentityConflict`.
+        Re-sending a binding that already holds (with or without ``previous_email``) is a
+        no-op. A change bumps the ACL epoch.
+        """
+        email = email.casefold()
+        previous = None if previous_email is None else previous_email.casefold()
+        try:
+            with self._tx(tenant) as conn:
+                self._ensure_tenant(conn, tenant)
+                if previous is None or previous == email:
+                    try:
+                        cur = conn.execute(
+                            "INSERT INTO identities(tenant_id, email, source_system, account_id) "
+                            "VALUES (?, ?, ?, ?) "
+                            "ON CONFLICT (tenant_id, email, source_system, account_id) DO NOTHING",
+                            (tenant, email, source_system, account_id),
+                        )
+                    except self._unique_violation as exc:
+                        # Another email owns the account. (PostgreSQL has aborted the
+                        # transaction: the owner is read after it, for the message.)
+                        raise _Owned() from exc
+                else:
+                    cur = conn.execute(
+                        "UPDATE identities SET email = ? WHERE tenant_id = ? "
+                        "AND source_system = ? AND account_id = ? AND email = ?",
+                        (email, tenant, source_system, account_id, previous),
+                    )
+                    if cur.rowcount == 0:
+                        owner = _account_owner(conn, tenant, source_system, account_id)
+                        if owner != email:
+                            raise IdentityConflict(
+                                _conflict(email, source_system, account_id, owner, previous)
+                            )
+                changed = cur.rowcount > 0
+                if changed:
+                    self._ensure_source(conn, tenant, source_system)
+                    self._bump_epoch(conn, tenant)
+                return changed
+        except _Owned as owned:
+            with self._tx(tenant, read=True) as conn:
+                owner = _account_owner(conn, tenant, source_system, account_id)
+            raise IdentityConflict(
+                _conflict(email, source_system, account_id, owner, None)
+            ) from owned.__cause__
+
+    def remove_identity(self, tenant: str, email: str, source_system: str, account_id: str) -> bool:
+        """Unbind an email from a source-system account; the next search no longer grants
+        the account's rights to it. Returns whether a binding was removed (then the ACL
+        epoch is bumped)."""
         with self._tx(tenant) as conn:
-            self._ensure_tenant(conn, tenant)
             cur = conn.execute(
-                "INSERT INTO identities(tenant_id, email, source_system, account_id) "
-                "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                "DELETE FROM identities WHERE tenant_id = ? AND email = ? "
+                "AND source_system = ? AND account_id = ?",
                 (tenant, email.casefold(), source_system, account_id),
             )
-            changed = cur.rowcount > 0
-            if changed:
-                self._ensure_source(conn, tenant, source_system)
+            removed = cur.rowcount > 0
+            if removed:
                 self._bump_epoch(conn, tenant)
-            return changed
+            return removed
 
     def put_group(
         self, tenant: str, source_system: str, group_id: str, members: Sequence[str]
@@ -355,3 +416,41 @@ class SQLWrites(SQLBase):
                 self._forget_tenant(conn, tenant)
         self._forget_derived(tenant)
         return documents
+
+
+class _Owned(Exception):
+    """Internal: an identity insert hit the one-owner index (the driver error is its cause)."""
+
+
+def _account_owner(conn: Conn, tenant: str, source_system: str, account_id: str) -> str | None:
+    row = conn.execute(
+        "SELECT email FROM identities WHERE tenant_id = ? AND source_system = ? AND account_id = ?",
+        (tenant, source_system, account_id),
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def _conflict(
+    email: str, source_system: str, account_id: str, owner: str | None, previous: str | None
+) -> str:
+    """Why a binding was refused, and how to fix the record."""
+    account = f"account {account_id!r} of source system {source_system!r}"
+    if previous is None:
+        held = f"is already bound to {owner!r}" if owner else "is already bound to another email"
+        return (
+            f"{account} {held}; an account has one owner, so {email!r} was not bound (nothing "
+            'changed). If the owner\'s email changed, send this record with "previous_email": '
+            f"{owner or 'the current email'!r}; if the account now belongs to someone else, "
+            'unbind it first (an identity record of the current owner with "active": false)'
+        )
+    if owner is None:
+        return (
+            f"{account} is not bound to anyone, so it cannot be rebound from previous_email "
+            f"{previous!r} to {email!r} (nothing changed); send the record without "
+            "previous_email to bind it"
+        )
+    return (
+        f"{account} is already bound to {owner!r}, not to previous_email {previous!r}, so it "
+        f'was not rebound to {email!r} (nothing changed); send "previous_email": {owner!r} '
+        'if that is the email that changed, or unbind it first ("active": false)'
+    )

@@ -21,6 +21,7 @@ class SQLiteBase(SQLBase):
     """One SQLite connection (WAL, foreign keys on) plus the state every part needs."""
 
     dialect = SQLITE
+    _unique_violation = (sqlite3.IntegrityError,)
 
     def __init__(
         self,
