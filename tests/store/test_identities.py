@@ -104,7 +104,7 @@ def test_rebind_with_the_right_previous_email_moves_access(world: KnowledgeStore
 
 def test_rebind_with_a_wrong_previous_email_is_refused(world: KnowledgeStore) -> None:
     epoch = world.acl_epoch("t1")
-    with pytest.raises(IdentityConflict, match="bound to 'ana@x.example', not to previous_email"):
+    with pytest.raises(IdentityConflict, match=r"bound to 'ana@x\.example', not to previous_email"):
         world.put_identity("t1", MALLORY, "sp", "A", previous_email=BEN)
     with pytest.raises(IdentityConflict, match="not bound to anyone"):
         world.put_identity("t1", MALLORY, "sp", "Z", previous_email=BEN)
