@@ -15,6 +15,7 @@ from govrag.harvest.kinds import ConnectorKind
 
 if TYPE_CHECKING:
     from govrag.deployment import Deployment
+    from govrag.harvest.connector import SourceSpec
     from govrag.store.protocol import KnowledgeStore
 
 
@@ -55,6 +56,7 @@ def ingest(
             target = tenant or spec.tenant or dep.settings.default_tenant
             reader = open_connector(spec, target, dep.settings.ingest)
             with (
+                _source_lock(spec, dry_run),
                 _progress(reader.total_bytes(), "ingest") as tick,
                 _ingest_store(dep, dry_run) as store,
             ):
@@ -90,6 +92,19 @@ def ingest(
             err.print(f"ingested {source}: {counts}", highlight=False)
     if report.errors:
         raise typer.Exit(1)
+
+
+@contextmanager
+def _source_lock(spec: SourceSpec, dry_run: bool) -> Iterator[None]:
+    """A run that writes holds its source's lock (a second run of it fails at once); a dry
+    run or a source without sync state needs none."""
+    if dry_run or spec.state_path is None:
+        yield
+        return
+    from govrag.harvest.state import source_lock
+
+    with source_lock(spec.state_path, spec.name):
+        yield
 
 
 @contextmanager

@@ -78,11 +78,32 @@ class SearchSettings(_Section):
     hnsw_walk_depth: int = Field(default=40, ge=1, le=10_000)
 
 
+#: Addresses that stand for nobody in particular (``.example`` domains are real test users).
+DEFAULT_PLACEHOLDER_EMAILS = (
+    "noreply@*", "no-reply@*", "donotreply@*", "do-not-reply@*", "unknown@*",
+    "placeholder@*", "nobody@*", "*@*.invalid", "*@localhost",
+)  # fmt: skip
+
+
 class IngestSettings(_Section):
     chunk_tokens: int = Field(default=300, ge=16, le=8192)
     section_tokens: int = Field(default=1200, ge=16, le=65536)
     #: Largest document text accepted, in bytes of UTF-8.
     max_text_bytes: int = Field(default=2_000_000, ge=1024)
+    #: Identity records binding an email that matches one of these globs (case-insensitive
+    #: ``fnmatch``) are refused: a placeholder address must never own an account's rights.
+    #: Unbinding such an email (``"active": false``) is still allowed.
+    placeholder_emails: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_PLACEHOLDER_EMAILS), max_length=1000
+    )
+
+    @field_validator("placeholder_emails")
+    @classmethod
+    def _globs(cls, value: list[str]) -> list[str]:
+        for glob in value:
+            if not glob.strip():
+                raise ValueError("an empty pattern; remove it")
+        return [glob.strip().casefold() for glob in value]
 
 
 class CorpusSettings(_Section):

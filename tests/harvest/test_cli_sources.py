@@ -158,3 +158,58 @@ def test_configured_sources(dep: Path) -> None:
     assert "configured sources (sources.<name> tables of govrag.toml): docs" in done.stderr
     done = govrag("ingest", "docs", "--connector", "jsonl", "-d", str(dep), cwd=dep)
     assert done.returncode == 2 and "drop --connector jsonl" in done.stderr
+
+
+def test_identity_conflicts_are_counted_in_the_json_report(dep: Path) -> None:
+    records = [
+        {"type": "identity", "email": "ana@bank.example", "source_system": "sp",
+         "account_id": "A-1"},
+        {"type": "identity", "email": "mallory@bank.example", "source_system": "sp",
+         "account_id": "A-1"},
+        {"type": "identity", "email": "noreply@bank.example", "source_system": "sp",
+         "account_id": "A-2"},
+        {"type": "identity", "email": "ben@bank.example", "source_system": "sp",
+         "account_id": "A-3"},
+    ]  # fmt: skip
+    feed = write(dep.parent, "ids.jsonl", "\n".join(json.dumps(r) for r in records))
+    code, out, stderr = ingest(dep, str(feed))
+    assert code == 1, stderr
+    assert (out["conflicts"], out["errors"], out["identities"]) == (1, 2, 2)
+    assert "already bound to 'ana@bank.example'" in out["messages"][0]
+    assert "placeholder_emails" in out["messages"][1]
+    assert "already bound" in stderr and "Traceback" not in stderr
+
+
+_HOLD_LOCK = """
+import sys
+from govrag.harvest.sources import resolve_source
+from govrag.harvest.state import source_lock
+from govrag.settings import load_settings
+
+spec = resolve_source(load_settings(sys.argv[1]), sys.argv[2])
+with source_lock(spec.state_path, spec.name) as lock:
+    print(lock, flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_two_runs_of_one_source_never_interleave(dep: Path) -> None:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_LOCK, str(dep), "docs"],
+        cwd=dep.parent, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None
+        lock = holder.stdout.readline().strip()
+        assert lock.endswith(".json.lock")
+        code, out, stderr = ingest(dep, "docs")
+        assert code == 2 and out == {}
+        assert "source 'docs' is being ingested by another run" in stderr
+        assert lock in stderr.replace("\n", "")
+        assert not (dep / "govrag.db").exists()  # it failed before touching anything
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    code, out, stderr = ingest(dep, "docs")
+    assert code == 0 and out["added"] == 3, stderr

@@ -4,8 +4,11 @@ Each file is one document. Its rights come from ``_access.json`` sidecars and Ma
 matter (:mod:`govrag.harvest.access`); a file with no ``acl`` anywhere is stored with an
 empty ACL, so nobody may read it (fail-closed), and the run warns about it. Identities and
 groups may be listed in ``_identities.jsonl`` at the root (the JSONL record format;
-``source_system`` defaults to the source's). Hidden files and folders, symbolic links and
-files of other types are skipped.
+``source_system`` defaults to the source's). That file is a snapshot: a binding it made
+(recorded in the sync state) that it no longer lists is unbound on the next run, before its
+other records apply (so replacing an account's owner in the file takes one run). Bindings it
+never made are never touched. Hidden files and folders, symbolic links and files of other
+types are skipped.
 
 The external id of a file is its path relative to the root (posix), except that a moved file
 keeps the id it had: a new path whose bytes equal those of a vanished path takes over its id
@@ -37,7 +40,7 @@ from govrag.harvest.connector import (
 )
 from govrag.harvest.extract import extract
 from govrag.harvest.ingest import parse_record, read_lines
-from govrag.harvest.records import DeleteRecord, DocumentRecord, Record
+from govrag.harvest.records import DeleteRecord, DocumentRecord, IdentityRecord, Record
 from govrag.harvest.state import FileState, load_state, record_sync
 from govrag.harvest.tree import Tree, TreeFile, walk_tree
 
@@ -45,6 +48,8 @@ from govrag.harvest.tree import Tree, TreeFile, walk_tree
 MAX_FILE_BYTES = 256 * 1024 * 1024
 #: Bumped when extraction changes, so every file is extracted again once.
 EXTRACT_VERSION = 1
+#: An identity binding: (email, account id) of the source's system.
+Binding = tuple[str, str]
 _NO_ACL = (
     "no 'acl' in any _access.json or front matter: stored with an empty ACL (nobody may read it)"
 )
@@ -65,6 +70,9 @@ class FilesystemConnector:
         self._done: dict[str, FileState] = {}  # rel -> state to keep once written
         self._moved_from: dict[str, str] = {}  # new rel -> vanished rel whose id it took
         self._hidden: dict[str, FileState] = {}  # kept: their folder could not be listed
+        self._old_bindings: set[Binding] = set()  # (email, account) the identities file made
+        self._bindings: dict[str, Binding] = {}  # where -> binding the file lists now
+        self._unbinds: dict[str, Binding] = {}  # where -> binding no longer listed
 
     def _list(self) -> Tree:
         if self._tree is None:
@@ -85,13 +93,14 @@ class FilesystemConnector:
         tree = self._list()
         files = tree.files
         yield from tree.notes
-        yield from self._identities()
         if self.spec.state_path is not None:
             state, warning = load_state(self.spec.state_path)
             if warning:
                 yield Item(str(self.spec.state_path), warning=warning)
             entry = state.tenants.get(self.tenant) if state else None
             self._old = dict(entry.files) if entry else {}
+            self._old_bindings = set(entry.identities) if entry else set()
+        yield from self._identities()
         old, ss = self._old, self.spec.source_system
         vanished = {rel: st for rel, st in sorted(old.items()) if rel not in files}
         for rel in [rel for rel in vanished if tree.hides(rel)]:
@@ -197,16 +206,43 @@ class FilesystemConnector:
         return record, warning
 
     def _identities(self) -> Iterator[Item]:
+        """The identities file's records, after an unbind of each binding it made before
+        and no longer lists (one it now rebinds with ``previous_email`` moves instead)."""
         path = self.root / IDENTITIES_FILE
-        if not path.is_file():
-            return
-        for number, raw, consumed in read_lines(path):
-            if raw:
+        items: list[Item] = []
+        kept: set[Binding] = set()
+        if path.is_file():
+            for number, raw, consumed in read_lines(path):
+                if not raw:
+                    continue
                 where = f"{path}:{number}"
                 try:
-                    yield Item(where, records=(self._account_record(raw),), size=consumed)
+                    record = self._account_record(raw)
                 except InputError as exc:
-                    yield Item(where, error=exc, size=consumed)
+                    items.append(Item(where, error=exc, size=consumed))
+                    continue
+                if isinstance(record, IdentityRecord):
+                    binding = (record.email, record.account_id)
+                    if record.active:
+                        self._bindings[where] = binding
+                        kept.add(binding)
+                        if record.previous_email is not None:
+                            kept.add((record.previous_email, record.account_id))
+                    else:
+                        kept.add(binding)  # the file unbinds it itself
+                items.append(Item(where, records=(record,), size=consumed))
+        for email, account in sorted(self._old_bindings - kept):
+            where = f"{path} (no longer binds {email} to {account})"
+            self._unbinds[where] = (email, account)
+            record = IdentityRecord(
+                type="identity",
+                email=email,
+                source_system=self.spec.source_system,
+                account_id=account,
+                active=False,
+            )
+            yield Item(where, records=(record,))
+        yield from items
 
     def _account_record(self, raw: bytes) -> Record:
         try:
@@ -240,9 +276,11 @@ class FilesystemConnector:
             for old_rel in (rel, self._moved_from.get(rel)):
                 if old_rel is not None and old_rel in self._old:
                     kept[old_rel] = self._old[old_rel]
+        bindings = {b for where, b in self._bindings.items() if where not in failed}
+        bindings |= {b for where, b in self._unbinds.items() if where in failed}
         record_sync(self.spec.state_path, source=self.spec.name, connector=self.kind.value,
                     root=self.root.resolve(), tenant=self.tenant, counts=report.as_dict(),
-                    files=kept)  # fmt: skip
+                    files=kept, identities=bindings)  # fmt: skip
 
 
 def _hash(path: Path) -> str:

@@ -31,7 +31,18 @@ class DryRunTarget:
         self.store = store
         self._written: dict[Key, StoredHashes | None] = {}  # None: deleted in this run
 
-    def put_identity(self, tenant: str, email: str, source_system: str, account_id: str) -> bool:
+    def put_identity(
+        self,
+        tenant: str,
+        email: str,
+        source_system: str,
+        account_id: str,
+        *,
+        previous_email: str | None = None,
+    ) -> bool:
+        return True
+
+    def remove_identity(self, tenant: str, email: str, source_system: str, account_id: str) -> bool:
         return True
 
     def put_group(self, tenant: str, source_system: str, group_id: str, members: list[str]) -> bool:

@@ -9,9 +9,10 @@ their chunks and vectors even when their rights change.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -20,7 +21,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from govrag.embed.base import Embedder
-from govrag.errors import InputError, describe_validation
+from govrag.errors import IdentityConflict, InputError, describe_validation
 from govrag.harvest.chunking import chunk_text
 from govrag.harvest.records import (
     RECORD_TYPES,
@@ -41,6 +42,16 @@ class IngestTarget(Protocol):
     """What ingest needs from a knowledge store."""
 
     def put_identity(
+        self,
+        tenant: str,
+        email: str,
+        source_system: str,
+        account_id: str,
+        *,
+        previous_email: str | None = None,
+    ) -> bool: ...
+
+    def remove_identity(
         self, tenant: str, email: str, source_system: str, account_id: str
     ) -> bool: ...
 
@@ -69,6 +80,8 @@ class IngestReport:
     identities: int = 0
     groups: int = 0
     errors: int = 0
+    #: Identity records refused because another email owns the account (also errors).
+    conflicts: int = 0
     messages: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, int]:
@@ -83,8 +96,15 @@ class IngestReport:
                 "identities",
                 "groups",
                 "errors",
+                "conflicts",
             )
         }
+
+
+def placeholder_glob(email: str, globs: Sequence[str]) -> str | None:
+    """The first of ``globs`` (case-insensitive ``fnmatch``) that ``email`` matches."""
+    folded = email.casefold()
+    return next((g for g in globs if fnmatch.fnmatchcase(folded, g.casefold())), None)
 
 
 def parse_record(raw: bytes, *, max_text_bytes: int) -> Record:
@@ -180,10 +200,7 @@ class Ingestor:
             return
         self.flush()  # keep file order: a delete after a document must see it
         if isinstance(record, IdentityRecord):
-            self.store.put_identity(
-                self.tenant, record.email, record.source_system, record.account_id
-            )
-            self.report.identities += 1
+            self._identity(where, record)
         elif isinstance(record, GroupRecord):
             self.store.put_group(self.tenant, record.source_system, record.group_id, record.members)
             self.report.groups += 1
@@ -191,6 +208,37 @@ class Ingestor:
             self.tenant, record.source_system, record.external_id
         ):
             self.report.deleted += 1
+
+    def _identity(self, where: str, record: IdentityRecord) -> None:
+        """Bind, rebind or unbind one account; a refused record is an error of its own."""
+        if not record.active:
+            self.store.remove_identity(
+                self.tenant, record.email, record.source_system, record.account_id
+            )
+            self.report.identities += 1
+            return
+        glob = placeholder_glob(record.email, self.settings.placeholder_emails)
+        if glob is not None:
+            self.error(where, InputError(
+                f"email {record.email!r} matches the placeholder pattern {glob!r} of [ingest] "
+                "placeholder_emails, so it was not bound to account "
+                f"{record.account_id!r}: a placeholder address never gets an account's "
+                "rights; bind the account to its owner's real email (or change the setting)"
+            ))  # fmt: skip
+            return
+        try:
+            self.store.put_identity(
+                self.tenant,
+                record.email,
+                record.source_system,
+                record.account_id,
+                previous_email=record.previous_email,
+            )
+        except IdentityConflict as exc:
+            self.report.conflicts += 1
+            self.error(where, exc)
+            return
+        self.report.identities += 1
 
     def flush(self) -> None:
         """Chunk, embed and write the queued documents, one transaction each."""

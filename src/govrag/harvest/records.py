@@ -11,7 +11,15 @@ import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 from govrag.types import Classification
 
@@ -34,21 +42,43 @@ class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+Email = Annotated[str, StringConstraints(min_length=3, max_length=320)]
+
+
 class IdentityRecord(_Record):
+    """Binds ``email`` to an account of a source system; an account has one owner.
+
+    ``previous_email`` rebinds an account after its owner's email changed (applied only if
+    that email owns it now); ``active: false`` unbinds ``email`` from the account.
+    """
+
     type: Literal["identity"]
-    email: Annotated[str, StringConstraints(min_length=3, max_length=320)]
+    email: Email
     source_system: Id
     account_id: Id
+    previous_email: Email | None = None
+    active: StrictBool = True
 
     _ids = field_validator("source_system", "account_id")(_check_id)
 
-    @field_validator("email")
+    @field_validator("email", "previous_email")
     @classmethod
-    def _email(cls, value: str) -> str:
+    def _email(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
         value = value.strip()
         if "@" not in value or _CONTROL.search(value):
             raise ValueError(f"{value!r} is not an email address")
         return value.casefold()
+
+    @model_validator(mode="after")
+    def _rebind_or_unbind(self) -> IdentityRecord:
+        if not self.active and self.previous_email is not None:
+            raise ValueError(
+                "'active': false (unbind) and 'previous_email' (rebind) cannot be combined; "
+                "send an unbind of the current owner, or a rebind, not both in one record"
+            )
+        return self
 
 
 class GroupRecord(_Record):

@@ -6,20 +6,24 @@ unchanged file before reading it, keep a moved file's identity, and turn a vanis
 a delete. The file is written atomically (a temporary file renamed over it) and only after a
 run that was not a dry run. A missing or unreadable state only costs work: files are read
 again, and the store's own hashes still keep unchanged documents from being re-embedded.
+A run holds the source's lock (:func:`source_lock`) so two runs never interleave.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from govrag.errors import describe_validation
+from govrag.errors import InputError, describe_validation
 
 STATE_DIR = Path(".govrag") / "sources"
 
@@ -46,6 +50,9 @@ class TenantState(_Model):
     synced_at: str | None = None
     counts: dict[str, int] = Field(default_factory=dict)
     files: dict[str, FileState] = Field(default_factory=dict)
+    #: ``[email, account id]`` bindings the source's identities file made (filesystem): one
+    #: that is no longer listed there is unbound on the next run.
+    identities: list[tuple[str, str]] = Field(default_factory=list)
 
 
 class SourceState(_Model):
@@ -103,6 +110,7 @@ def record_sync(
     tenant: str,
     counts: dict[str, int],
     files: dict[str, FileState] | None = None,
+    identities: Iterable[tuple[str, str]] = (),
 ) -> None:
     """Record a committed run of ``source`` into ``tenant`` (other tenants' entries stay)."""
     state, _ = load_state(path)
@@ -113,5 +121,43 @@ def record_sync(
         synced_at=datetime.now(UTC).isoformat(timespec="seconds"),
         counts=dict(counts),
         files=dict(files or {}),
+        identities=sorted(set(identities)),
     )
     save_state(path, state)
+
+
+def lock_path(path: Path) -> Path:
+    """The lock file beside the state file at ``path``."""
+    return path.with_name(path.name + ".lock")
+
+
+@contextmanager
+def source_lock(path: Path, source: str) -> Iterator[Path]:
+    """Hold the exclusive lock of the source whose state is at ``path`` for a run.
+
+    Two runs of one source would read the same state and the later writer would lose the
+    earlier one's files (a deleted file then never becomes a delete): a second run fails at
+    once instead of waiting. The lock is ``flock`` on a sidecar file (never deleted, so two
+    runs can never lock two different files); the kernel releases it when the process ends,
+    however it ends.
+
+    Raises:
+        InputError: another run holds the lock.
+    """
+    lock = lock_path(path)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            raise InputError(
+                f"source {source!r} is being ingested by another run (it holds the lock "
+                f"{str(lock)!r}); wait for that run to finish, then run again"
+            ) from exc
+        try:
+            yield lock
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
