@@ -188,27 +188,52 @@ def open_store(server: PgServer, root: Path, **search: Any) -> PostgresStore:
 
 # -- build ----------------------------------------------------------------------------------
 def _fingerprint() -> str:
-    """Hash of the code that shapes the stored data: the schema's migrations, the document
-    writes, ingest, chunking and the analyzer (the tantivy index is kept with the database).
+    """Hash of the code that shapes the stored documents: their writes, the ingest of a
+    document record, chunking and the analyzer (the tantivy index is kept with the database).
 
     Only the parts that decide what is stored, not whole modules: the store's modules change
-    often for other reasons, and a needless rebuild at 1M chunks costs an hour.
+    often for other reasons, and a needless rebuild at 1M chunks costs an hour. The schema
+    is not in it: a cached database built at an older schema version is migrated on open,
+    as a deployment's would be (:func:`_migrations`, :func:`_upgrade`).
     """
     import hashlib
     import inspect
 
     import govrag
-    from govrag.store import pg_schema
+    from govrag.harvest.ingest import Ingestor
     from govrag.store.sql_writes import SQLWrites
 
     src = Path(govrag.__file__).parent
     digest = hashlib.sha256(f"pg-build-{PG_BUILD_VERSION}".encode())
-    digest.update(repr(pg_schema.MIGRATIONS).encode())
-    for method in (SQLWrites.put_document, SQLWrites._write_chunks):
+    for method in (SQLWrites.put_document, SQLWrites._write_chunks, Ingestor.flush):
         digest.update(inspect.getsource(method).encode())
-    for rel in ("store/analyzer.py", "harvest/ingest.py", "harvest/chunking.py"):
+    for rel in ("store/analyzer.py", "harvest/chunking.py"):
         digest.update((src / rel).read_bytes())
     return digest.hexdigest()[:16]
+
+
+def _migrations() -> list[list[Any]]:
+    """``[version, sha256 of its SQL]`` of every migration this tree has."""
+    import hashlib
+
+    from govrag.store.pg_schema import MIGRATIONS
+
+    return [[v, hashlib.sha256(sql.encode()).hexdigest()[:16]] for v, _, sql in MIGRATIONS]
+
+
+def _upgrade(server: PgServer, root: Path, info: dict[str, Any]) -> dict[str, Any]:
+    """Migrate a cached database built at an older schema version, as opening a deployment's
+    store does (a migration may drop and the open rebuild the HNSW index), then refresh
+    planner statistics and the visibility map; returns the updated build record."""
+    started = time.perf_counter()
+    say(f"postgres: migrating the cached database from schema {info['migrations'][-1][0]}")
+    open_store(server, root).close()
+    with server.connect(DATABASE, autocommit=True) as conn:
+        conn.execute("VACUUM (ANALYZE)")
+    upgrade_s = round(time.perf_counter() - started, 1)
+    say(f"postgres: migrated, index rebuilt if dropped, vacuumed in {upgrade_s}s")
+    upgrades = [*info.get("upgrades", []), {"to": _migrations()[-1][0], "s": upgrade_s}]
+    return {**info, "migrations": _migrations(), "upgrades": upgrades, "bytes": _sizes(server)}
 
 
 def _document_slice(
@@ -386,9 +411,16 @@ def cached_server(
     wanted = (synthetic.GENERATOR_VERSION, _fingerprint())
     if marker.exists():
         info = json.loads(marker.read_text())
-        if (info.get("generator_version"), info.get("code")) == wanted:
+        built = info.get("migrations", [])
+        if (info.get("generator_version"), info.get("code")) == wanted and (
+            built and _migrations()[: len(built)] == built
+        ):
             say(f"postgres: restarting the cached database in {root}")
-            return _restart_server(root / "pg", int(info["port"])), root, info, True
+            server = _restart_server(root / "pg", int(info["port"]))
+            if built != _migrations():
+                info = _upgrade(server, root, info)
+                marker.write_text(json.dumps(info, indent=2))
+            return server, root, info, True
         say(f"postgres: {root} was built by other generator or store code; rebuilding")
     if root.exists():
         shutil.rmtree(root)
@@ -413,6 +445,7 @@ def cached_server(
     info: dict[str, Any] = {
         "generator_version": synthetic.GENERATOR_VERSION,
         "code": _fingerprint(),
+        "migrations": _migrations(),
         "n_docs": corpus.n_docs,
         "seed": corpus.seed,
         "port": server.port,

@@ -3,14 +3,17 @@
 Writes, the derived lexical index and reads are the shared SQL parts (``sql_*.py``), so both
 backends hold the same truth and give the same keyword results; each govrag process keeps
 its own tantivy index per tenant and applies the PostgreSQL outbox before it searches. What
-is PostgreSQL's own is the vector leg, in the database:
+is PostgreSQL's own is the vector leg, in the database. Each vector row carries its
+document's corpus, classification and ACL tokens (schema migration 6, kept by triggers), so
+the access predicate is evaluated on the vector row itself:
 
 - When the caller may read few vectors (at most ``exact_vector_threshold``, counted under
-  the same predicate), it scores them all: exact, and cheaper than walking a graph. Counting
-  a broad caller's readable vectors is itself costly (it joins ``threshold + 1`` of them), so
-  a cheap bound decides first: index-only counts of the caller's ACL rows and of the
-  requested corpora's documents, each stopped at the threshold. Only when one of them is
-  within it can the readable set be small, and only then is it counted.
+  the same predicate), it scores them all: exact, and cheaper than walking a graph. The
+  readable vectors come from one GIN bitmap scan of the ACL tokens, read in physical order,
+  and are counted and scored in one pass. Counting a broad caller's readable vectors would
+  itself be costly, so a cheap bound decides first: index-only counts of the caller's ACL
+  rows and of the requested corpora's documents, each stopped at the threshold. Only when
+  one of them is within it can the readable set be small, and only then is it counted.
 - Otherwise an HNSW index scan with ``hnsw.iterative_scan = strict_order``, the access
   predicate applied to every candidate inside the scan; ``hnsw.max_scan_tuples`` bounds the
   walk, and a walk stopped by it before finding ``limit`` rows is reported as truncated.
@@ -26,37 +29,18 @@ from typing import Any
 from govrag.embed.base import Embedder, FloatArray
 from govrag.settings import SearchSettings
 from govrag.store.pg_base import PgBase, describe_server
+from govrag.store.pg_schema import ALL_READERS, READER_SETTING
 from govrag.store.records import AccessScope, token_pair
 from govrag.store.sessions import SQLSessions
-from govrag.store.sql_base import json_list
-from govrag.store.sql_reads import ACL_EXISTS, SQLReads, token_pairs
+from govrag.store.sql_reads import SQLReads
 from govrag.store.sql_writes import SQLWrites
 
-_FROM = (
-    "FROM documents d "
-    "JOIN chunks c ON c.tenant_id = d.tenant_id AND c.doc_id = d.doc_id AND c.indexed "
-    "JOIN chunk_vectors v ON v.tenant_id = c.tenant_id AND v.chunk_id = c.chunk_id "
-    "WHERE d.tenant_id = ?"
-)
-#: The same rows when no condition needs the document (every corpus in scope, nothing above
-#: the caller's ceiling): every chunk has its document (foreign key), so the join only cost a
-#: primary-key probe per readable vector, a fifth of the exact leg at 10k readable vectors.
-_FROM_CHUNKS = (
-    "FROM chunks c "
-    "JOIN chunk_vectors v ON v.tenant_id = c.tenant_id AND v.chunk_id = c.chunk_id "
-    "WHERE c.tenant_id = ? AND c.indexed"
-)
-
-
-#: The exact path's readable chunks, before their vectors are fetched: the count needs no
-#: vector (a chunk without one only overcounts the bound; the scoring join drops it), and
-#: probing ``chunk_vectors`` there too cost a quarter of the exact leg at 10k readable chunks.
-_ALLOWED = _FROM.replace(
-    "JOIN chunk_vectors v ON v.tenant_id = c.tenant_id AND v.chunk_id = c.chunk_id ", ""
-)
-_ALLOWED_CHUNKS = _FROM_CHUNKS.replace(
-    "JOIN chunk_vectors v ON v.tenant_id = c.tenant_id AND v.chunk_id = c.chunk_id ", ""
-)
+#: Every vector row carries what the access predicate reads (its document's corpus,
+#: classification and ACL tokens; migration 6 keeps them equal to the truth by triggers), so
+#: neither path joins chunks, documents or ACL rows: the walk checks each candidate on the
+#: row it already read, and the exact path finds the readable vectors with one GIN bitmap
+#: scan, read in physical order. Every vector belongs to an indexed chunk.
+_VECTORS = "FROM chunk_vectors v WHERE v.tenant_id = ?"
 
 
 class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
@@ -129,6 +113,14 @@ class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
                 return True
         return not counts
 
+    def _set_reader(self, conn: Any, tokens: frozenset[str] | None) -> None:
+        """Name the caller's principal tokens to the vectors' ``reader_acl`` policy for the
+        next statements of this transaction (``None``: every row again). The query states
+        the same predicate; the policy is what lets the scan use the GIN index (see
+        ``pg_schema``). No tokens: a value no row holds."""
+        value = "" if tokens is None else ALL_READERS.join(sorted(tokens)) or "\x1f"
+        conn.execute(self.dialect.sql("SELECT set_config(?, ?, true)"), (READER_SETTING, value))
+
     def vector_leg(
         self,
         scope: AccessScope,
@@ -143,35 +135,24 @@ class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
         settings = self.search_settings
         dim = int(query.shape[0])
         qvec = self._vector_param(query)
-        conds, params = _scope_sql(scope, restricted, doc_ids)
+        conds, params = scope_sql(scope, restricted, doc_ids)
         with self._tx(scope.tenant, read=True) as conn:
+            if restricted:
+                self._set_reader(conn, scope.tokens)
             cap = max(settings.exact_vector_threshold, limit)
             if (restricted or doc_ids is not None) and self._may_be_few(
                 conn, scope, restricted, doc_ids, cap
             ):
-                # Count the readable vectors (up to cap + 1) and, when they are few, score
-                # them all, in one statement: the access join is done once, and a large set
-                # stops the count at cap + 1 without scoring anything.
-                on_doc = scope.filter_corpora or (restricted and scope.filter_ceiling)
-                exact_conds, exact_params = _scope_sql(
-                    scope, restricted, doc_ids, values=True, doc="d" if on_doc else "c"
-                )
+                # Score the readable vectors (up to cap + 1) in one statement and count them:
+                # when there are more than cap, nothing is returned and the graph is walked.
                 rows = conn.execute(
-                    self.dialect.sql(
-                        "WITH allowed AS MATERIALIZED ("
-                        f"SELECT c.chunk_id {_ALLOWED if on_doc else _ALLOWED_CHUNKS}{exact_conds} "
-                        "LIMIT ?), "
-                        "n AS (SELECT COUNT(*) AS n FROM allowed) "
-                        "SELECT n.n, s.chunk_id, s.score FROM n LEFT JOIN LATERAL ("
-                        "SELECT a.chunk_id, -(v.embedding <#> CAST(? AS vector)) AS score "
-                        "FROM allowed a JOIN chunk_vectors v "
-                        "ON v.tenant_id = ? AND v.chunk_id = a.chunk_id "
-                        "WHERE n.n <= ? ORDER BY score DESC, a.chunk_id LIMIT ?) s ON TRUE"
-                    ),
-                    (scope.tenant, *exact_params, cap + 1, qvec, scope.tenant, cap, limit),
+                    self.dialect.sql(exact_statement(conds)),
+                    (qvec, scope.tenant, *params, cap + 1, cap, limit),
                 ).fetchall()
                 if int(rows[0][0]) <= cap:
-                    return [(int(r[1]), float(r[2])) for r in rows if r[1] is not None], False
+                    if restricted:
+                        self._set_reader(conn, None)
+                    return [(int(r[1]), -float(r[2])) for r in rows if r[1] is not None], False
             # The bound or the count above established that the readable set is large; the
             # planner cannot know it (it cannot estimate the ACL predicate), so keep it from
             # sorting a filtered scan instead of walking the graph in distance order.
@@ -186,7 +167,7 @@ class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
             typed = f"CAST(v.embedding AS vector({dim}))"
             rows = conn.execute(
                 self.dialect.sql(
-                    f"SELECT c.chunk_id, -({typed} <#> CAST(? AS vector({dim}))) {_FROM} "
+                    f"SELECT v.chunk_id, -({typed} <#> CAST(? AS vector({dim}))) {_VECTORS} "
                     f"AND vector_dims(v.embedding) = {dim}{conds} "
                     f"ORDER BY {typed} <#> CAST(? AS vector({dim})) LIMIT ?"
                 ),
@@ -194,6 +175,8 @@ class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
             ).fetchall()
             # The transaction may go on (a search pins one for all its reads).
             conn.execute("SET LOCAL enable_sort = on")
+            if restricted:
+                self._set_reader(conn, None)
         hits = [(int(r[0]), float(r[1])) for r in rows]
         # A filtered walk is only reached with more than ``cap`` (>= ``limit``) ACL rows or
         # readable vectors: a short list means the scan bound (most likely) stopped it, so
@@ -201,49 +184,46 @@ class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
         return hits, (restricted or doc_ids is not None) and len(hits) < limit
 
 
-def _scope_sql(
-    scope: AccessScope,
-    restricted: bool,
-    doc_ids: Sequence[int] | None,
-    *,
-    values: bool = False,
-    doc: str = "d",
-) -> tuple[str, list[Any]]:
-    """``AND ...`` conditions on ``d`` and ``c`` for a vector query, with their parameters.
+def exact_statement(conds: str) -> str:
+    """The exact path: the readable vectors (``conds``, at most ``cap + 1``: the ``LIMIT``
+    parameter) scored in one pass, their count, and the top ``limit`` when the count is
+    within ``cap``. Parameters: query vector, tenant, the conditions', ``cap + 1``, ``cap``,
+    ``limit``."""
+    return (
+        "WITH allowed AS MATERIALIZED ("
+        f"SELECT v.chunk_id, v.embedding <#> CAST(? AS vector) AS distance "
+        f"{_VECTORS}{conds} LIMIT ?) "
+        "SELECT n.n, s.chunk_id, s.distance "
+        "FROM (SELECT COUNT(*) AS n FROM allowed) n LEFT JOIN LATERAL ("
+        "SELECT chunk_id, distance FROM allowed WHERE n.n <= ? "
+        "ORDER BY distance, chunk_id LIMIT ?) s ON TRUE"
+    )
 
-    ``values``: the caller's principals as a ``VALUES`` list instead of one JSON parameter.
-    The predicate is the same; the planner then knows how many principals there are and how
-    many ACL rows each has (column statistics), so for a caller who reads little it drives
-    the join from that caller's ACL rows instead of from every document of the tenant. The
-    HNSW scan keeps the JSON form: there the predicate is a per-candidate probe anyway.
-    ``doc``: the alias whose ``tenant_id``/``doc_id`` the ``VALUES`` form's ACL rows match
-    (``c`` when the statement does not join ``documents``).
-    """
+
+def scope_sql(
+    scope: AccessScope, restricted: bool, doc_ids: Sequence[int] | None
+) -> tuple[str, list[Any]]:
+    """``AND ...`` conditions on a vector row ``v``, with their parameters: the same
+    predicate as :data:`ACL_EXISTS` and the SQLite backend's, on the row's own copies of its
+    document's corpus, classification and ACL tokens (the caller's principal tokens, one of
+    which the row's must hold)."""
     conds: list[str] = []
     params: list[Any] = []
     if scope.filter_corpora:
-        conds.append("d.corpus_id IN (SELECT value FROM {texts})")
-        params.append(json_list(scope.corpora))
+        conds.append("v.corpus_id = ANY(CAST(? AS text[]))")
+        params.append(list(scope.corpora))
     if restricted and scope.filter_ceiling:
-        conds.append("d.classification <= ?")
+        conds.append("v.classification <= ?")
         params.append(scope.ceiling)
-    if restricted and values:
-        principals, pairs = _principal_values(scope)
-        if pairs:
-            conds.append(
-                f"EXISTS (SELECT 1 FROM doc_acl a WHERE a.tenant_id = {doc}.tenant_id "
-                f"AND a.doc_id = {doc}.doc_id AND (a.source_system, a.principal_id) IN "
-                f"{principals})"
-            )
-            params.extend(pairs)
+    if restricted:
+        if scope.tokens:
+            conds.append("v.acl && CAST(? AS text[])")
+            params.append(sorted(scope.tokens))
         else:
-            conds.append("FALSE")  # as ACL_EXISTS over an empty list
-    elif restricted:
-        conds.append(ACL_EXISTS)
-        params.append(token_pairs(scope))
+            conds.append("FALSE")  # reads nothing, as ACL_EXISTS over an empty list
     if doc_ids is not None:
-        conds.append("c.doc_id IN (SELECT value FROM {ids})")
-        params.append(json_list(doc_ids))
+        conds.append("v.doc_id = ANY(CAST(? AS bigint[]))")
+        params.append(list(doc_ids))
     return "".join(f" AND {c}" for c in conds), params
 
 
