@@ -47,6 +47,8 @@ class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
     """Knowledge store on a PostgreSQL database with pgvector >= 0.8."""
 
     backend = "postgres"
+    #: The marker's unrestricted ranking runs beside the restricted one (``run_search``).
+    concurrent_marker = True
 
     def __init__(
         self,

@@ -59,6 +59,9 @@ _STATS = (
 class SQLReads(SQLDerived):
     """Catalogue, access resolution and search primitives over the truth store."""
 
+    #: See :class:`~govrag.store.search.SearchBackend`; PostgreSQL overrides it.
+    concurrent_marker = False
+
     def acl_epoch(self, tenant: str) -> int:
         rows = self._q(tenant, "SELECT acl_epoch FROM tenants WHERE tenant_id = ?", (tenant,))
         return int(rows[0][0]) if rows else 0
