@@ -52,6 +52,12 @@ def check_store(db: Path) -> int:
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+        # Killed during the first open: each migration is one transaction, so the schema
+        # is either absent or whole.
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+        if "documents" not in tables:
+            assert "chunks" not in tables and "doc_acl" not in tables, tables
+            return 0
         orphans = conn.execute(
             "SELECT COUNT(*) FROM documents d WHERE NOT EXISTS "
             "(SELECT 1 FROM chunks c WHERE c.doc_id = d.doc_id)"
