@@ -156,8 +156,8 @@ class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
                         self._set_reader(conn, None)
                     return [(int(r[1]), -float(r[2])) for r in rows if r[1] is not None], False
             # The bound or the count above established that the readable set is large; the
-            # planner cannot know it (it cannot estimate the ACL predicate), so keep it from
-            # sorting a filtered scan instead of walking the graph in distance order.
+            # planner's estimate of the token overlap is rough (array statistics), so keep
+            # it from sorting a filtered scan instead of walking the graph in distance order.
             if need is not None:
                 limit = max(need, min(limit, settings.hnsw_walk_depth))
             conn.execute("SET LOCAL enable_sort = off")
