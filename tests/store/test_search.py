@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from govrag.errors import NotFoundError
@@ -314,3 +316,49 @@ def test_drop_tenant_removes_everything_of_it_and_nothing_else(open_store: Store
     # The tenant can be loaded again from scratch.
     load(a, [ident("ana@x.example", "A"), doc("e", "quarterly forecast", ["A"])])
     assert ids(other, "ana@x.example", "quarterly") == ["e"]
+
+
+def test_a_failing_marker_fails_the_search(
+    bank: KnowledgeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run beside the ranking (PostgreSQL) or before it (SQLite), a marker that fails is the
+    search's failure, never a silently absent marker."""
+    import govrag.store.search as search_module
+
+    def broken(*args: object) -> object:
+        raise RuntimeError("marker broke")
+
+    monkeypatch.setattr(search_module, "_hidden_marker", broken)
+    with pytest.raises(RuntimeError, match="marker broke"):
+        ids(bank, "dora@x.example", "wire transfer", Strategy.HYBRID)
+
+
+def test_a_failing_ranking_waits_for_the_marker(
+    bank: KnowledgeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the restricted ranking fails, the search returns only after the marker's reads
+    are done (a caller may close the store at once)."""
+    import threading
+    import time
+
+    import govrag.store.search as search_module
+
+    real_marker, real_rank = search_module._hidden_marker, search_module._rank
+    marker_done = threading.Event()
+
+    def slow_marker(*args: Any) -> Any:
+        time.sleep(0.2)
+        result = real_marker(*args)
+        marker_done.set()
+        return result
+
+    def rank(*args: Any, restricted: bool) -> Any:
+        if restricted:
+            raise RuntimeError("ranking broke")
+        return real_rank(*args, restricted=restricted)
+
+    monkeypatch.setattr(search_module, "_hidden_marker", slow_marker)
+    monkeypatch.setattr(search_module, "_rank", rank)
+    with pytest.raises(RuntimeError, match="ranking broke"):
+        ids(bank, "dora@x.example", "wire transfer", Strategy.HYBRID)
+    assert marker_done.is_set()
