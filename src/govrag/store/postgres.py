@@ -22,7 +22,8 @@ the access predicate is evaluated on the vector row itself:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -115,13 +116,20 @@ class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
                 return True
         return not counts
 
-    def _set_reader(self, conn: Any, tokens: frozenset[str] | None) -> None:
+    @contextmanager
+    def _as_reader(self, conn: Any, tokens: frozenset[str] | None) -> Iterator[None]:
         """Name the caller's principal tokens to the vectors' ``reader_acl`` policy for the
-        next statements of this transaction (``None``: every row again). The query states
-        the same predicate; the policy is what lets the scan use the GIN index (see
-        ``pg_schema``). No tokens: a value no row holds."""
-        value = "" if tokens is None else ALL_READERS.join(sorted(tokens)) or "\x1f"
-        conn.execute(self.dialect.sql("SELECT set_config(?, ?, true)"), (READER_SETTING, value))
+        statements inside (``None``: leave every row visible). The query states the same
+        predicate; the policy is what lets the scan use the GIN index (see ``pg_schema``).
+        No tokens: a value no row holds. Cleared on the way out, because a search's
+        transaction goes on; not after an error, which has aborted the transaction."""
+        if tokens is None:
+            yield
+            return
+        setter = self.dialect.sql("SELECT set_config(?, ?, true)")
+        conn.execute(setter, (READER_SETTING, ALL_READERS.join(sorted(tokens)) or "\x1f"))
+        yield
+        conn.execute(setter, (READER_SETTING, ""))
 
     def vector_leg(
         self,
@@ -138,9 +146,10 @@ class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
         dim = int(query.shape[0])
         qvec = self._vector_param(query)
         conds, params = scope_sql(scope, restricted, doc_ids)
-        with self._tx(scope.tenant, read=True) as conn:
-            if restricted:
-                self._set_reader(conn, scope.tokens)
+        with (
+            self._tx(scope.tenant, read=True) as conn,
+            self._as_reader(conn, scope.tokens if restricted else None),
+        ):
             cap = max(settings.exact_vector_threshold, limit)
             if (restricted or doc_ids is not None) and self._may_be_few(
                 conn, scope, restricted, doc_ids, cap
@@ -152,8 +161,6 @@ class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
                     (qvec, scope.tenant, *params, cap + 1, cap, limit),
                 ).fetchall()
                 if int(rows[0][0]) <= cap:
-                    if restricted:
-                        self._set_reader(conn, None)
                     return [(int(r[1]), -float(r[2])) for r in rows if r[1] is not None], False
             # The bound or the count above established that the readable set is large; the
             # planner's estimate of the token overlap is rough (array statistics), so keep
@@ -177,8 +184,6 @@ class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
             ).fetchall()
             # The transaction may go on (a search pins one for all its reads).
             conn.execute("SET LOCAL enable_sort = on")
-            if restricted:
-                self._set_reader(conn, None)
         hits = [(int(r[0]), float(r[1])) for r in rows]
         # A filtered walk is only reached with more than ``cap`` (>= ``limit``) ACL rows or
         # readable vectors: a short list means the scan bound (most likely) stopped it, so
