@@ -71,13 +71,11 @@ class SearchSettings(_Section):
     #: PostgreSQL: most index tuples a filtered HNSW scan visits (``hnsw.max_scan_tuples``);
     #: a scan stopped by it marks the result ``truncated``.
     hnsw_max_scan_tuples: int = Field(default=50_000, ge=1000, le=100_000_000)
-    #: PostgreSQL: in a fused (hybrid) ranking, the HNSW walk stops at this depth instead of
-    #: ``fusion_depth`` (never below top_k): a filtered walk's cost grows faster than its
-    #: depth (1M chunks, 10 % readable: hybrid p50 about 79 / 67 / 39 ms at 40 / 20 / 10).
-    #: The exact path and SQLite always return ``fusion_depth``, so a shallower walk makes
-    #: PostgreSQL's fused ranking differ from SQLite's (at 10: hybrid recall@10 0.73 of the
-    #: exact ranking, below the 0.95 the backends must agree to); see bench/RESULTS.md.
-    hnsw_walk_depth: int = Field(default=40, ge=1, le=10_000)
+    #: In a fused (hybrid) ranking, how many of the vector leg's best candidates are fused
+    #: (never fewer than top_k); the lexical leg contributes ``fusion_depth``. Both backends
+    #: cut at this depth, so they fuse the same candidates. Deeper costs PostgreSQL's
+    #: filtered HNSW walk more than linearly and buys little: see bench/RESULTS.md (c).
+    vector_fusion_depth: int = Field(default=20, ge=1, le=10_000)
 
 
 #: Addresses that stand for nobody in particular (``.example`` domains are real test users).

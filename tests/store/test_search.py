@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from govrag.errors import NotFoundError
+from govrag.store.fusion import rrf
 from govrag.store.protocol import KnowledgeStore
 from govrag.types import MetadataFilter, SearchRequest, Strategy
 
@@ -362,3 +363,51 @@ def test_a_failing_ranking_waits_for_the_marker(
     with pytest.raises(RuntimeError, match="ranking broke"):
         ids(bank, "dora@x.example", "wire transfer", Strategy.HYBRID)
     assert marker_done.is_set()
+
+
+@pytest.mark.parametrize(
+    ("strategy", "top_k", "vector_fusion_depth", "asked"),
+    [
+        (Strategy.HYBRID, 3, 5, 5),
+        (Strategy.HYBRID, 3, 2, 3),  # never below top_k
+        (Strategy.HYBRID, 3, 50, 10),  # never beyond fusion_depth
+        (Strategy.SEMANTIC, 3, 5, 3),  # a plain vector ranking is cut at top_k
+    ],
+)
+def test_hybrid_fuses_the_keyword_depth_with_the_vector_depth(
+    open_store: StoreFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    strategy: Strategy,
+    top_k: int,
+    vector_fusion_depth: int,
+    asked: int,
+) -> None:
+    """A hybrid ranking is RRF of the keyword leg's top ``fusion_depth`` and the vector leg's
+    top ``vector_fusion_depth`` (clamped to [top_k, fusion_depth]), on every backend alike."""
+    store = open_store(fusion_depth=10, vector_fusion_depth=vector_fusion_depth, vector_weight=2.0)
+    words = ["wire", "transfer", "limit", "approval", "payment", "swift", "console", "fraud"]
+    docs = [
+        doc(f"d{i:02}", " ".join(words[(i * j + i // 3) % len(words)] for j in range(1, 2 + i % 5)),
+            ["*"])
+        for i in range(30)
+    ]  # fmt: skip
+    load(store, [ident("ana@x.example", "A"), *docs])
+    query = "wire transfer approval fraud"
+    limits: list[int] = []
+    leg = store.vector_leg  # type: ignore[attr-defined]
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        limits.append(kwargs["limit"])
+        return leg(*args, **kwargs)
+
+    monkeypatch.setattr(store, "vector_leg", spy)
+    got = ids(store, "ana@x.example", query, strategy, top_k=top_k)
+    assert set(limits) == {asked}  # the restricted ranking and the marker's alike
+    if strategy is Strategy.HYBRID:
+        # The fused top 3, recomputed from keyword and semantic searches at the legs' depths.
+        keyword = ids(store, "ana@x.example", query, Strategy.KEYWORD, top_k=10)
+        vector = ids(store, "ana@x.example", query, Strategy.SEMANTIC, top_k=asked)
+        assert len(keyword) == 10 and len(vector) == asked
+        number = {d.external_id: i for i, d in enumerate(docs)}
+        legs = [([number[d] for d in keyword], 1.0), ([number[d] for d in vector], 2.0)]
+        assert got == [docs[i].external_id for i, _ in rrf(legs)[:top_k]]

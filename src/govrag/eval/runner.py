@@ -14,6 +14,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,17 @@ from govrag.types import Classification, Principal, SearchRequest, Strategy
 TENANT = "eval"
 SOURCE = "beir"
 EVAL_EMAIL = "eval@govrag.local"
+
+
+@dataclass(frozen=True)
+class EvalPass:
+    """One more run of the queries over the same store: ``strategy`` at ``top_k``, with
+    ``search`` settings in place of the store's (None: the store's own). Lets settings be
+    compared without embedding the corpus again."""
+
+    strategy: Strategy
+    top_k: int
+    search: SearchSettings | None = None
 
 
 def run_beir_eval(
@@ -70,8 +82,10 @@ def run_beir_evals(
     ingest: IngestSettings | None = None,
     progress: Callable[[str], None] | None = None,
     store: KnowledgeStore | None = None,
+    passes: Sequence[EvalPass] = (),
 ) -> list[dict[str, Any]]:
-    """Like :func:`run_beir_eval` for several strategies over one store (embedded once).
+    """Like :func:`run_beir_eval` for several strategies over one store (embedded once),
+    then each of ``passes`` (their figures follow, in order).
 
     ``store``: load into this store (in a fresh tenant, dropped afterwards) with its embedder,
     instead of a temporary SQLite file.
@@ -79,7 +93,8 @@ def run_beir_evals(
     say = progress or (lambda _msg: None)
     data = load_beir(beir_dir, split)
     corpus_id = re.sub(r"[^A-Za-z0-9_.:\-]", "-", data.name).strip("-") or "beir"
-    dense = any(s is not Strategy.KEYWORD for s in strategies)
+    every = [*strategies, *(extra.strategy for extra in passes)]
+    dense = any(s is not Strategy.KEYWORD for s in every)
     out: list[dict[str, Any]] = []
     with _eval_store(store, embedder if dense else None, search) as (store, tenant):
         emb = store.embedder if dense else None
@@ -114,7 +129,27 @@ def run_beir_evals(
         say(f"indexed in {elapsed:.1f}s; running {len(data.queries)} queries")
         for strategy in strategies:
             out.append(_run_queries(store, tenant, data, strategy, top_k, emb))
+        for extra in passes:
+            with _searching_with(store, extra.search):
+                figures = _run_queries(store, tenant, data, extra.strategy, extra.top_k, emb)
+            if extra.search is not None:
+                figures["search"] = extra.search.model_dump(mode="json", exclude_defaults=True)
+            out.append(figures)
     return out
+
+
+@contextmanager
+def _searching_with(store: KnowledgeStore, search: SearchSettings | None) -> Iterator[None]:
+    """``store`` searching with ``search`` (every search reads its settings anew)."""
+    if search is None:
+        yield
+        return
+    own = store.search_settings
+    store.search_settings = search
+    try:
+        yield
+    finally:
+        store.search_settings = own
 
 
 @contextmanager
@@ -166,6 +201,7 @@ def _run_queries(
         "strategy": str(strategy),
         "embedder": emb.name if emb is not None and strategy is not Strategy.KEYWORD else None,
         "queries": len(data.queries),
+        "top_k": top_k,
         "ndcg@10": round(figures["ndcg@10"], 4),
         "recall@100": round(figures["recall@100"], 4),
         "mrr@10": round(figures["mrr@10"], 4),

@@ -139,7 +139,6 @@ class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
         restricted: bool,
         doc_ids: Sequence[int] | None,
         limit: int,
-        need: int | None = None,
     ) -> tuple[list[tuple[int, float]], bool]:
         """Top ``limit`` by inner product under the access predicate (see module docs)."""
         settings = self.search_settings
@@ -165,8 +164,6 @@ class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
             # The bound or the count above established that the readable set is large; the
             # planner's estimate of the token overlap is rough (array statistics), so keep
             # it from sorting a filtered scan instead of walking the graph in distance order.
-            if need is not None:
-                limit = max(need, min(limit, settings.hnsw_walk_depth))
             conn.execute("SET LOCAL enable_sort = off")
             conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
             conn.execute(

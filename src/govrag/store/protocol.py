@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from govrag.embed.base import Embedder
-from govrag.settings import CurationSettings
+from govrag.settings import CurationSettings, SearchSettings
 from govrag.store.audit import AuditEvent, ChainReport
 from govrag.store.curation import CurationReport
 from govrag.store.records import DocumentWrite, IndexReport, StoredHashes
@@ -25,6 +25,8 @@ class KnowledgeStore(Protocol):
     backend: str
     #: Embeds queries for the vector leg; ingest embeds documents with the same model.
     embedder: Embedder | None
+    #: Read by every search (fusion depths, marker, vector paths).
+    search_settings: SearchSettings
 
     # catalogue
     def tenants(self) -> list[str]: ...

@@ -94,15 +94,9 @@ class SearchBackend(Protocol):
         restricted: bool,
         doc_ids: Sequence[int] | None,
         limit: int,
-        need: int | None = None,
     ) -> tuple[list[tuple[int, float]], bool]:
         """Top ``limit`` by similarity, and whether a scan bound stopped the search before
-        it could prove there are no more candidates (the result may then be short).
-
-        ``need``: how many of them the caller cannot do without (a fused ranking asks for
-        ``limit`` but keeps ``need``); a backend whose cost grows with depth may return
-        fewer than ``limit`` but never fewer than ``need`` (PostgreSQL's HNSW walk: see
-        ``search.hnsw_walk_depth``)."""
+        it could prove there are no more candidates (the result may then be short)."""
         ...
 
     def readable_chunks(self, scope: AccessScope, chunk_ids: Sequence[int]) -> set[int]: ...
@@ -159,9 +153,10 @@ def _rank(
     """The fused ranking, and whether the vector leg was truncated by a scan bound."""
     settings = backend.search_settings
     strategy = request.strategy
-    depth = request.top_k
+    depth = vector_depth = request.top_k
     if strategy is Strategy.HYBRID:
         depth = max(request.top_k, settings.fusion_depth)
+        vector_depth = max(request.top_k, min(depth, settings.vector_fusion_depth))
     lexical: list[tuple[int, float]] = []
     vector: list[tuple[int, float]] = []
     truncated = False
@@ -171,9 +166,8 @@ def _rank(
         )
         lexical.sort(key=lambda pair: (-pair[1], pair[0]))
     if strategy in (Strategy.SEMANTIC, Strategy.HYBRID) and qvec is not None:
-        # Fusion asks for ``depth``; the caller needs only ``top_k`` of them for certain.
         vector, truncated = backend.vector_leg(
-            scope, qvec, restricted=restricted, doc_ids=doc_ids, limit=depth, need=request.top_k
+            scope, qvec, restricted=restricted, doc_ids=doc_ids, limit=vector_depth
         )
     if strategy is Strategy.KEYWORD:
         return lexical[: request.top_k], False

@@ -182,7 +182,6 @@ class SQLReads(SQLDerived):
         restricted: bool,
         doc_ids: Sequence[int] | None,
         limit: int,
-        need: int | None = None,
     ) -> tuple[list[tuple[int, float]], bool]:
         raise NotImplementedError
 

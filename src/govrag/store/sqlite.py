@@ -59,7 +59,6 @@ class SQLiteStore(SQLReads, SQLWrites, SQLSessions, SQLiteBase):
         restricted: bool,
         doc_ids: Sequence[int] | None,
         limit: int,
-        need: int | None = None,
     ) -> tuple[list[tuple[int, float]], bool]:
         """Exact top-``limit`` under the access predicate; never truncated."""
         index = self._vectors.get(scope.tenant)
