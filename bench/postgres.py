@@ -754,6 +754,7 @@ def run(
         cross_queries = queries[: max(WARMUP + 1, min(n_queries, CROSSOVER_QUERIES))]
         query_vectors = {q: exact.embedder.embed_query(q) for q in queries}
 
+        depths = (TOP_K, stores["pg"].search_settings.hybrid_depths(TOP_K)[1])
         probes: dict[str, Any] = {}
         crossover_points: list[dict[str, Any]] = []
         for probe in corpus.probes:
@@ -811,12 +812,12 @@ def run(
                 say(f"  {strategy}: pg p50 {row['pg']['p50_ms']:.2f} ms")
 
             # The vector leg alone, forced exact and forced HNSW, at the two depths search
-            # asks for (top_k for semantic, fusion_depth for hybrid).
+            # asks it for (top_k for semantic, vector_fusion_depth for a top-k hybrid).
             scope = stores["pg"].resolve_access(
                 principal, stores["pg"].known_corpora(synthetic.TENANT), every_corpus=True
             )
             legs: dict[str, System] = {}
-            for limit in (TOP_K, stores["pg"].search_settings.fusion_depth):
+            for limit in depths:
                 for mode in ("exact", "hnsw"):
                     legs[f"{mode}@{limit}"] = leg_system(
                         stores[mode], scope, query_vectors, chunk_doc, limit
@@ -840,7 +841,7 @@ def run(
             point["plans"] = {
                 f"{mode}@{limit}": explain_vector_leg(stores[mode], scope, first, limit)
                 for mode in ("pg", "hnsw")
-                for limit in (TOP_K, stores["pg"].search_settings.fusion_depth)
+                for limit in depths
             }
             say(
                 "  vector leg p50 exact/hnsw @10: "
@@ -854,12 +855,10 @@ def run(
                 "readable_docs": int(mask.sum()),
                 "strategies": rows,
             }
-        depth = stores["pg"].search_settings.fusion_depth
         crossover = {
             "queries": len(cross_queries),
             "points": crossover_points,
-            f"fit@{TOP_K}": _crossover(crossover_points, TOP_K),
-            f"fit@{depth}": _crossover(crossover_points, depth),
+            **{f"fit@{limit}": _crossover(crossover_points, limit) for limit in depths},
         }
     finally:
         for store in stores.values():

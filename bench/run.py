@@ -37,6 +37,7 @@ import numpy.typing as npt
 from bench import scifact, synthetic
 from govrag.embed.hashing import HashEmbedder
 from govrag.eval.metrics import percentile
+from govrag.settings import SearchSettings
 from govrag.store.analyzer import default_analyzer
 from govrag.store.sqlite import SQLiteStore
 from govrag.types import Principal, SearchRequest, Strategy
@@ -44,8 +45,8 @@ from govrag.types import Principal, SearchRequest, Strategy
 OUT_DIR = Path(__file__).resolve().parent / "out"
 WARMUP = 5
 TOP_K = 10
-#: Candidates each baseline leg contributes to fusion, as govrag's default fusion_depth.
-FUSION_DEPTH = 100
+#: How many candidates the baseline's hybrid fuses from each leg: govrag's defaults.
+FUSION = SearchSettings()
 RRF_K = 60
 #: Latency targets printed beside govrag's figures.
 KEYWORD_P50_MS = 5.0
@@ -125,8 +126,9 @@ class Baseline:
         return [int(i) for i in top if scores[i] > -np.inf]
 
     def hybrid(self, query: str, access: Access | None, k: int = TOP_K) -> list[int]:
-        lexical = self.keyword(query, access, FUSION_DEPTH)
-        vector = self.semantic(query, access, FUSION_DEPTH)
+        keyword_depth, vector_depth = FUSION.hybrid_depths(k)
+        lexical = self.keyword(query, access, keyword_depth)
+        vector = self.semantic(query, access, vector_depth)
         return rrf_fuse([lexical, vector])[:k]
 
     def search(self, strategy: Strategy, query: str, access: Access | None) -> list[int]:

@@ -74,8 +74,14 @@ class SearchSettings(_Section):
     #: In a fused (hybrid) ranking, how many of the vector leg's best candidates are fused
     #: (never fewer than top_k); the lexical leg contributes ``fusion_depth``. Both backends
     #: cut at this depth, so they fuse the same candidates. Deeper costs PostgreSQL's
-    #: filtered HNSW walk more than linearly and buys little: see bench/RESULTS.md (c).
+    #: filtered HNSW walk more than linearly and buys little: bench/RESULTS.md (a) and (c).
     vector_fusion_depth: int = Field(default=20, ge=1, le=10_000)
+
+    def hybrid_depths(self, top_k: int) -> tuple[int, int]:
+        """How many candidates a fused ranking of ``top_k`` takes from the keyword leg and
+        from the vector leg."""
+        keyword = max(top_k, self.fusion_depth)
+        return keyword, max(top_k, min(keyword, self.vector_fusion_depth))
 
 
 #: Addresses that stand for nobody in particular (``.example`` domains are real test users).

@@ -155,8 +155,7 @@ def _rank(
     strategy = request.strategy
     depth = vector_depth = request.top_k
     if strategy is Strategy.HYBRID:
-        depth = max(request.top_k, settings.fusion_depth)
-        vector_depth = max(request.top_k, min(depth, settings.vector_fusion_depth))
+        depth, vector_depth = settings.hybrid_depths(request.top_k)
     lexical: list[tuple[int, float]] = []
     vector: list[tuple[int, float]] = []
     truncated = False
