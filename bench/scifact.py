@@ -148,8 +148,8 @@ def run(path: Path, *, skip_minilm: bool, say: Say) -> dict[str, Any] | None:
         names = [
             "govrag semantic (minilm)",
             "govrag hybrid (minilm)",
-            f"govrag hybrid@10 vdepth {SearchSettings().vector_fusion_depth}",
-            f"govrag hybrid@10 vdepth {UNCUT}",
+            f"govrag hybrid@10 vec {SearchSettings().vector_fusion_depth}",
+            f"govrag hybrid@10 vec {UNCUT}",
         ]
         for name, figures in zip(names, dense, strict=True):
             figures["wall_s_all_dense"] = wall
