@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from govrag.deployment import Deployment, load_principals, scaffold
 from govrag.errors import ConfigError, NotFoundError
-from govrag.settings import load_settings
+from govrag.settings import Settings, load_settings
 
 
 def test_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -109,3 +111,21 @@ def test_unsupported_store_url(tmp_path: Path) -> None:
     dep = Deployment.load(tmp_path, store={"url": "mysql://x"})
     with pytest.raises(ConfigError, match="unsupported scheme 'mysql'"):
         dep.store  # noqa: B018
+
+
+def test_the_scaffolded_file_states_the_defaults(tmp_path: Path) -> None:
+    """``govrag init`` writes settings out for people to edit: each value it writes for a
+    section's field is that field's default, so the file never silently changes behaviour."""
+    scaffold(tmp_path, embedder="hash")
+    written = tomllib.loads((tmp_path / "govrag.toml").read_text())
+    defaults = Settings.model_fields
+    checked = 0
+    for section, values in written.items():
+        if not isinstance(values, dict) or section not in defaults or section == "embedder":
+            continue
+        default = defaults[section].default
+        for key, value in values.items():
+            if isinstance(default, BaseModel) and key in type(default).model_fields:
+                assert getattr(default, key) == value, f"[{section}] {key}"
+                checked += 1
+    assert checked >= 10

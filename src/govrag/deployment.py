@@ -404,7 +404,8 @@ dim = 384
 rrf_k = 60
 lexical_weight = 1.0
 vector_weight = 1.0
-fusion_depth = 100
+fusion_depth = 100            # keyword candidates a hybrid ranking fuses
+vector_fusion_depth = 20      # vector candidates it fuses (deeper: slower on PostgreSQL)
 default_top_k = 10
 hidden_marker = true          # report (content-free) that an unreadable relevant item exists
 
