@@ -308,11 +308,14 @@ def index_verify(
         _emit({"tenants": rows, "differences": sum(r.differences for r in reports)})
     else:
         for r in rows:
+            drift = r["vector_access_drift"]
             err.print(
                 f"tenant {r['tenant']}: {r['truth_chunks']} chunks in the truth store, "
                 f"{r['lexical_chunks']} in the lexical index, {r['differences']} differences"
+                + (f" ({drift} vector rows with stale access columns)" if drift else "")
             )
     if any(r.differences for r in reports):
+        err.print("run `govrag index rebuild` to set the derived indexes right")
         raise typer.Exit(1)
 
 

@@ -161,6 +161,48 @@ def test_an_acl_only_change_moves_access_on_the_vector_leg(
     assert readers() == {"ana": 0, "bo": 1}
 
 
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        "acl = ARRAY[chr(30), 'sp' || chr(31) || 'B']",  # B gains a document it may not read
+        "acl = ARRAY[chr(30)]",  # A loses it
+        "corpus_id = 'elsewhere'",
+        "classification = 0",
+        "doc_id = -1",
+    ],
+)
+def test_index_verify_finds_and_rebuild_repairs_drifted_access_columns(
+    pg_store: PostgresStore, pg_db: str, tamper: str
+) -> None:
+    """Columns changed behind the triggers' back (as ``session_replication_role = replica``
+    or a manual fix would) are differences for ``index verify``; ``index rebuild`` sets them
+    right, and the vector leg follows the truth again."""
+    tenant = f"h{next(_tenants)}"
+    load(pg_store, [ident("ana@x.example", "A"), ident("bo@x.example", "B"),
+                    doc("d", TEXTS[0], ["A"]), doc("e", TEXTS[1], ["A"])], tenant)  # fmt: skip
+    truth = vector_rows(pg_db, tenant)
+    assert pg_store.verify_index(tenant).differences == 0
+    with psycopg.connect(pg_db, autocommit=True) as conn:  # superuser: no policy, no trigger
+        conn.execute(
+            f"UPDATE chunk_vectors v SET {tamper} FROM chunks c, documents d "
+            "WHERE c.tenant_id = v.tenant_id AND c.chunk_id = v.chunk_id "
+            "AND d.tenant_id = c.tenant_id AND d.doc_id = c.doc_id "
+            "AND v.tenant_id = %s AND d.external_id = 'd'",
+            (tenant,),
+        )
+    report = pg_store.verify_index(tenant)
+    assert (report.vector_access_drift, report.differences) == (1, 1)
+    pg_store.rebuild_index(tenant)
+    assert pg_store.verify_index(tenant).differences == 0
+    assert vector_rows(pg_db, tenant) == truth
+
+    def found(who: str) -> list[str]:
+        request = SearchRequest(query=TEXTS[0], strategy=Strategy.SEMANTIC, top_k=5)
+        return [h.doc_id for h in pg_store.search(principal(who, tenant), request).results]
+
+    assert (found("ana@x.example"), found("bo@x.example")) == (["d", "e"], [])
+
+
 def test_migration_6_backfills_an_existing_store(pg_cluster: PgServer, tmp_path: Path) -> None:
     """A store written before migration 6: its vectors get the columns, its HNSW index is
     dropped by the migration and rebuilt on the next open, and searches keep the ACL."""

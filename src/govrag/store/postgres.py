@@ -44,6 +44,22 @@ from govrag.store.sql_writes import SQLWrites
 _VECTORS = "FROM chunk_vectors v WHERE v.tenant_id = ?"
 
 
+#: Vector rows of a tenant whose access columns are not their document's (``v``: the vector
+#: row; ``c``, ``d``: its chunk and document; tokens as the triggers compute them).
+_DRIFT = (
+    "c.tenant_id = v.tenant_id AND c.chunk_id = v.chunk_id AND v.tenant_id = ? "
+    "AND (v.doc_id, v.corpus_id, v.classification, v.acl) IS DISTINCT FROM "
+    "(c.doc_id, d.corpus_id, d.classification, govrag_acl_tokens(c.tenant_id, c.doc_id))"
+)
+_DOCUMENT = "JOIN documents d ON d.tenant_id = c.tenant_id AND d.doc_id = c.doc_id"
+_COUNT_DRIFT = f"SELECT COUNT(*) FROM chunk_vectors v, chunks c {_DOCUMENT} WHERE {_DRIFT}"
+_REPAIR_ACCESS = (
+    "UPDATE chunk_vectors v SET doc_id = c.doc_id, corpus_id = d.corpus_id, "
+    "classification = d.classification, acl = govrag_acl_tokens(c.tenant_id, c.doc_id) "
+    f"FROM chunks c {_DOCUMENT} WHERE {_DRIFT}"
+)
+
+
 class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
     """Knowledge store on a PostgreSQL database with pgvector >= 0.8."""
 
@@ -130,6 +146,16 @@ class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
         conn.execute(setter, (READER_SETTING, ALL_READERS.join(sorted(tokens)) or "\x1f"))
         yield
         conn.execute(setter, (READER_SETTING, ""))
+
+    def _vector_access(self, tenant: str, *, repair: bool) -> int:
+        """Vector rows whose access columns differ from their document's (the triggers keep
+        them equal unless disabled; see docs/scaling.md); with ``repair``, set them right."""
+        with self._tx(tenant, read=not repair) as conn:
+            if repair:
+                cur = conn.execute(self.dialect.sql(_REPAIR_ACCESS), (tenant,))
+                return int(cur.rowcount)
+            (n,) = conn.execute(self.dialect.sql(_COUNT_DRIFT), (tenant,)).fetchone()
+            return int(n)
 
     def vector_leg(
         self,

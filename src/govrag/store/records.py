@@ -109,7 +109,10 @@ class IndexReport:
     missing: int
     extra: int
     pending_outbox: int
+    #: PostgreSQL: vector rows whose copy of their document's corpus, classification or
+    #: ACL tokens differs from the truth (triggers keep them equal; 0 on SQLite).
+    vector_access_drift: int = 0
 
     @property
     def differences(self) -> int:
-        return self.missing + self.extra
+        return self.missing + self.extra + self.vector_access_drift

@@ -98,15 +98,22 @@ class SQLDerived(SQLBase):
         return chunks, head
 
     def rebuild_index(self, tenant: str) -> int:
-        """Recreate the tenant's lexical index from the truth store. Returns chunks indexed."""
+        """Recreate the tenant's lexical index from the truth store, and set any vector row's
+        access columns that differ from it (PostgreSQL). Returns chunks indexed."""
         lexical, _ = self._lexical_index(tenant)
         chunks, head = self._snapshot(tenant, False)
         lexical.apply((), chunks, head, reset=True)
         self._after_rebuild(tenant)
+        self._vector_access(tenant, repair=True)
         return len(chunks)
 
     def _after_rebuild(self, tenant: str) -> None:
         """Hook: drop other derived state of the tenant after a rebuild."""
+
+    def _vector_access(self, tenant: str, *, repair: bool) -> int:
+        """Hook: vector rows whose copy of their document's access columns differs from the
+        truth (set right when ``repair``). Only PostgreSQL keeps such copies."""
+        return 0
 
     def _indexed_chunks(
         self,
@@ -181,7 +188,8 @@ class SQLDerived(SQLBase):
         return out
 
     def verify_index(self, tenant: str) -> IndexReport:
-        """Compare the tenant's lexical index with the truth store (after applying the outbox)."""
+        """Compare the tenant's derived indexes with the truth store (after applying the
+        outbox): the lexical index, and on PostgreSQL the vector rows' access columns."""
         self.sync_indexes(tenant, vectors=False)
         lexical, _ = self._lexical_index(tenant)
         truth = {
@@ -202,6 +210,7 @@ class SQLDerived(SQLBase):
             missing=len(truth - have),
             extra=len(have - truth),
             pending_outbox=max(0, self._outbox_head(tenant) - lexical.applied_seq()),
+            vector_access_drift=self._vector_access(tenant, repair=False),
         )
 
 
