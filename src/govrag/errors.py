@@ -45,6 +45,39 @@ class IdentityConflict(InputError):
     from an email that does not own it). Nothing was changed; the message names the source
     system, the account and how to fix the record."""
 
+    @classmethod
+    def refused(
+        cls,
+        email: str,
+        source_system: str,
+        account_id: str,
+        owner: str | None,
+        previous: str | None,
+    ) -> IdentityConflict:
+        """The refusal of binding ``email`` (from ``previous``, on a rebind) to an account
+        ``owner`` holds, with how to fix the record."""
+        account = f"account {account_id!r} of source system {source_system!r}"
+        if previous is None:
+            held = repr(owner) if owner else "another email"
+            return cls(
+                f"{account} is already bound to {held}; an account has one owner, so {email!r} "
+                "was not bound (nothing changed). If the owner's email changed, send this "
+                f'record with "previous_email": {owner or "the current email"!r}; if the '
+                "account now belongs to someone else, unbind it first (an identity record of "
+                'the current owner with "active": false)'
+            )
+        if owner is None:
+            return cls(
+                f"{account} is not bound to anyone, so it cannot be rebound from previous_email "
+                f"{previous!r} to {email!r} (nothing changed); send the record without "
+                "previous_email to bind it"
+            )
+        return cls(
+            f"{account} is already bound to {owner!r}, not to previous_email {previous!r}, so "
+            f'it was not rebound to {email!r} (nothing changed); send "previous_email": '
+            f'{owner!r} if that is the email that changed, or unbind it first ("active": false)'
+        )
+
 
 class NotFoundError(InputError):
     """A named thing (principal, corpus, tenant, deployment) does not exist."""

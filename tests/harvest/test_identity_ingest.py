@@ -166,8 +166,10 @@ def test_a_binding_gone_from_the_identities_file_is_unbound(
 
     # A refused line is not recorded as the file's binding; the file gone unbinds the rest.
     people(root, [person("ana.new@bank.example", "S-1"), person("mallory@bank.example", "S-4")])
+    predicted = run(sqlite_store, root, state, dry_run=True)  # a dry run foresees the refusal
     third = run(sqlite_store, root, state)
     assert third.conflicts == 1 and "already bound to 'dora@bank.example'" in third.messages[0]
+    assert (predicted.conflicts, predicted.messages) == (third.conflicts, third.messages)
     assert accounts(sqlite_store, "carl@bank.example", SOURCE) == []
     entry = load_state(state)[0].tenants["t1"]  # type: ignore[union-attr]
     assert entry.identities == [("ana.new@bank.example", "S-1")]

@@ -74,6 +74,11 @@ def test_one_owner_per_account(store: KnowledgeStore) -> None:
     assert store.put_identity("t1", ANA, "sp", "A2") is True
     assert store.put_identity("t1", MALLORY, "other", "A") is True
     assert store.put_identity("t2", MALLORY, "sp", "A") is True
+    # What a dry run asks: each account's owner, per tenant and source system.
+    assert store.account_owner("t1", "sp", "A") == ANA
+    assert store.account_owner("t1", "other", "A") == MALLORY
+    assert store.account_owner("t2", "sp", "A") == MALLORY
+    assert store.account_owner("t1", "sp", "nobody") is None
 
 
 def test_a_conflicting_claim_grants_nothing(world: KnowledgeStore) -> None:

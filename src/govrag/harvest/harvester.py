@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from govrag.embed.base import Embedder
+from govrag.errors import IdentityConflict
 from govrag.harvest.connector import Connector, HarvestReport
 from govrag.harvest.ingest import Ingestor, IngestTarget
 from govrag.settings import IngestSettings
@@ -30,6 +31,15 @@ class DryRunTarget:
     def __init__(self, store: IngestTarget | None) -> None:
         self.store = store
         self._written: dict[Key, StoredHashes | None] = {}  # None: deleted in this run
+        self._owners: dict[tuple[str, str, str], str | None] = {}  # None: unbound in this run
+
+    def account_owner(self, tenant: str, source_system: str, account_id: str) -> str | None:
+        key = (tenant, source_system, account_id)
+        if key in self._owners:
+            return self._owners[key]
+        if self.store is None:
+            return None
+        return self.store.account_owner(tenant, source_system, account_id)
 
     def put_identity(
         self,
@@ -40,9 +50,23 @@ class DryRunTarget:
         *,
         previous_email: str | None = None,
     ) -> bool:
-        return True
+        """As the store's ``put_identity`` would answer (the same refusals), writing nothing."""
+        email = email.casefold()
+        previous = None if previous_email is None else previous_email.casefold()
+        owner = self.account_owner(tenant, source_system, account_id)
+        if owner == email:
+            return False  # holds already
+        if owner == (None if previous == email else previous):
+            self._owners[(tenant, source_system, account_id)] = email
+            return True
+        raise IdentityConflict.refused(
+            email, source_system, account_id, owner, None if previous == email else previous
+        )
 
     def remove_identity(self, tenant: str, email: str, source_system: str, account_id: str) -> bool:
+        if self.account_owner(tenant, source_system, account_id) != email.casefold():
+            return False
+        self._owners[(tenant, source_system, account_id)] = None
         return True
 
     def put_group(self, tenant: str, source_system: str, group_id: str, members: list[str]) -> bool:

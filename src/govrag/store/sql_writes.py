@@ -82,8 +82,8 @@ class SQLWrites(SQLBase):
                     if cur.rowcount == 0:
                         owner = _account_owner(conn, tenant, source_system, account_id)
                         if owner != email:
-                            raise IdentityConflict(
-                                _conflict(email, source_system, account_id, owner, previous)
+                            raise IdentityConflict.refused(
+                                email, source_system, account_id, owner, previous
                             )
                 changed = cur.rowcount > 0
                 if changed:
@@ -93,9 +93,14 @@ class SQLWrites(SQLBase):
         except _Owned as owned:
             with self._tx(tenant, read=True) as conn:
                 owner = _account_owner(conn, tenant, source_system, account_id)
-            raise IdentityConflict(
-                _conflict(email, source_system, account_id, owner, None)
+            raise IdentityConflict.refused(
+                email, source_system, account_id, owner, None
             ) from owned.__cause__
+
+    def account_owner(self, tenant: str, source_system: str, account_id: str) -> str | None:
+        """The email bound to a source-system account, if any."""
+        with self._tx(tenant, read=True) as conn:
+            return _account_owner(conn, tenant, source_system, account_id)
 
     def remove_identity(self, tenant: str, email: str, source_system: str, account_id: str) -> bool:
         """Unbind an email from a source-system account; the next search no longer grants
@@ -428,29 +433,3 @@ def _account_owner(conn: Conn, tenant: str, source_system: str, account_id: str)
         (tenant, source_system, account_id),
     ).fetchone()
     return None if row is None else str(row[0])
-
-
-def _conflict(
-    email: str, source_system: str, account_id: str, owner: str | None, previous: str | None
-) -> str:
-    """Why a binding was refused, and how to fix the record."""
-    account = f"account {account_id!r} of source system {source_system!r}"
-    if previous is None:
-        held = f"is already bound to {owner!r}" if owner else "is already bound to another email"
-        return (
-            f"{account} {held}; an account has one owner, so {email!r} was not bound (nothing "
-            'changed). If the owner\'s email changed, send this record with "previous_email": '
-            f"{owner or 'the current email'!r}; if the account now belongs to someone else, "
-            'unbind it first (an identity record of the current owner with "active": false)'
-        )
-    if owner is None:
-        return (
-            f"{account} is not bound to anyone, so it cannot be rebound from previous_email "
-            f"{previous!r} to {email!r} (nothing changed); send the record without "
-            "previous_email to bind it"
-        )
-    return (
-        f"{account} is already bound to {owner!r}, not to previous_email {previous!r}, so it "
-        f'was not rebound to {email!r} (nothing changed); send "previous_email": {owner!r} '
-        'if that is the email that changed, or unbind it first ("active": false)'
-    )
