@@ -172,7 +172,7 @@ def test_an_acl_only_change_moves_access_on_the_vector_leg(
     ],
 )
 def test_index_verify_finds_and_rebuild_repairs_drifted_access_columns(
-    pg_store: PostgresStore, pg_db: str, tamper: str
+    pg_cluster: PgServer, pg_store: PostgresStore, pg_db: str, tmp_path: Path, tamper: str
 ) -> None:
     """Columns changed behind the triggers' back (as ``session_replication_role = replica``
     or a manual fix would) are differences for ``index verify``; ``index rebuild`` sets them
@@ -192,6 +192,14 @@ def test_index_verify_finds_and_rebuild_repairs_drifted_access_columns(
         )
     report = pg_store.verify_index(tenant)
     assert (report.vector_access_drift, report.differences) == (1, 1)
+    # A new process's first search builds its lexical index but leaves the vector rows
+    # alone: scanning (let alone writing) all of them is `index rebuild`'s job.
+    newcomer = make_pg_store(pg_cluster, pg_db, tmp_path / "fresh")
+    try:
+        newcomer.search(principal("ana@x.example", tenant), SearchRequest(query=TEXTS[1]))
+        assert newcomer.verify_index(tenant).vector_access_drift == 1
+    finally:
+        newcomer.close()
     pg_store.rebuild_index(tenant)
     assert pg_store.verify_index(tenant).differences == 0
     assert vector_rows(pg_db, tenant) == truth

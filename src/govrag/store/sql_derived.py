@@ -62,7 +62,7 @@ class SQLDerived(SQLBase):
             lexical, fresh = self._lexical_index(tenant)
             # An index ahead of the outbox belongs to other data (a recreated database).
             if (fresh and head > 0) or lexical.loaded_seq > head:
-                self.rebuild_index(tenant)
+                self._rebuild_lexical(tenant)
             elif lexical.loaded_seq < head and lexical.refresh() < head:
                 doc_ids, chunks, applied = self._pending(tenant, lexical.applied_seq(), False)
                 lexical.apply(doc_ids, chunks, applied)
@@ -100,11 +100,17 @@ class SQLDerived(SQLBase):
     def rebuild_index(self, tenant: str) -> int:
         """Recreate the tenant's lexical index from the truth store, and set any vector row's
         access columns that differ from it (PostgreSQL). Returns chunks indexed."""
+        indexed = self._rebuild_lexical(tenant)
+        self._vector_access(tenant, repair=True)
+        return indexed
+
+    def _rebuild_lexical(self, tenant: str) -> int:
+        """This process's lexical index of the tenant, anew from the truth store (also a new
+        process's first sync: that one must not scan, let alone write, every vector row)."""
         lexical, _ = self._lexical_index(tenant)
         chunks, head = self._snapshot(tenant, False)
         lexical.apply((), chunks, head, reset=True)
         self._after_rebuild(tenant)
-        self._vector_access(tenant, repair=True)
         return len(chunks)
 
     def _after_rebuild(self, tenant: str) -> None:
