@@ -53,15 +53,15 @@ class DryRunTarget:
         """As the store's ``put_identity`` would answer (the same refusals), writing nothing."""
         email = email.casefold()
         previous = None if previous_email is None else previous_email.casefold()
+        if previous == email:
+            previous = None  # a plain bind, as the store takes it
         owner = self.account_owner(tenant, source_system, account_id)
         if owner == email:
             return False  # holds already
-        if owner == (None if previous == email else previous):
+        if owner == previous:  # free (no previous), or held by the email that changed
             self._owners[(tenant, source_system, account_id)] = email
             return True
-        raise IdentityConflict.refused(
-            email, source_system, account_id, owner, None if previous == email else previous
-        )
+        raise IdentityConflict.refused(email, source_system, account_id, owner, previous)
 
     def remove_identity(self, tenant: str, email: str, source_system: str, account_id: str) -> bool:
         if self.account_owner(tenant, source_system, account_id) != email.casefold():
