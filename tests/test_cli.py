@@ -19,7 +19,7 @@ PRINCIPALS = {
     "principals": [
         {"sub": "ana", "email": "ana@bank.example", "tenant": "bank", "clearance": "confidential",
          "doc_entitlements": READ_ALL},
-        {"sub": "ben", "email": "ben@bank.example", "tenant": "bank", "clearance": "internal",
+        {"sub": "ben", "email": "ben@bank.example", "tenant": "bank", "clearance": "confidential",
          "doc_entitlements": ["policy-engine:read", "ops-runbooks:read"]},
         {"sub": "eve", "email": "eve@elsewhere.example", "tenant": "bank",
          "doc_entitlements": READ_ALL},

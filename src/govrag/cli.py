@@ -308,11 +308,16 @@ def index_verify(
         _emit({"tenants": rows, "differences": sum(r.differences for r in reports)})
     else:
         for r in rows:
-            drift = r["vector_access_drift"]
+            stale = [
+                f"{r[key]} {what} with stale access fields"
+                for key, what in (("stale_access", "lexical entries"),
+                                  ("vector_access_drift", "vector rows"))
+                if r[key]
+            ]  # fmt: skip
             err.print(
                 f"tenant {r['tenant']}: {r['truth_chunks']} chunks in the truth store, "
                 f"{r['lexical_chunks']} in the lexical index, {r['differences']} differences"
-                + (f" ({drift} vector rows with stale access columns)" if drift else "")
+                + (f" ({'; '.join(stale)})" if stale else "")
             )
     if any(r.differences for r in reports):
         err.print("run `govrag index rebuild` to set the derived indexes right")

@@ -123,6 +123,13 @@ def print_replay(r: Replay, out: Console) -> None:
         ok = "validated" if p["validation_passed"] else "NOT validated (withheld from the model)"
         out.print(f"[bold]Model saw:[/] {p['context_pack_id']} {p['corpus']} {ok}: {chunks}",
                   highlight=False)  # fmt: skip
+        marker = p.get("hidden_marker")
+        if marker:
+            state = "shown" if marker["shown"] else f"withheld ({marker['reason']})"
+            contacts = ", ".join(f"{s['source_system']} {s['author_email'] or '(no contact)'}"
+                                 for s in marker["sources"])  # fmt: skip
+            out.print(f"[bold]Hidden-item marker:[/] {state}: {escape(contacts)}",
+                      highlight=False)  # fmt: skip
     delivered = r.delivered
     if delivered is None:
         out.print("[bold]Delivered:[/] (a retrieval without an answer)")

@@ -23,6 +23,7 @@ from govrag.errors import ConfigError, MissingExtraError, NotFoundError, describ
 from govrag.gateway import DeterministicReranker, Gateway, Reranker
 from govrag.gateway.cache import ResultCache
 from govrag.gateway.rights import RightsChecker, RightsTrim, StoredAclChecker
+from govrag.policy.marker import MarkerGate
 from govrag.policy.pdp import CedarPDP
 from govrag.policy.pep import PolicyEnforcementPoint
 from govrag.routes.config import DeploymentConfig, Problem, check_config, describe_problems
@@ -207,6 +208,11 @@ class Deployment:
             corpus_classification={
                 cid: c.classification for cid, c in self.settings.corpora.items()
             },
+            markers=MarkerGate(
+                self.store,
+                budget=self.settings.search.marker_budget,
+                window_hours=self.settings.search.marker_window_hours,
+            ),
         )
 
     @cached_property

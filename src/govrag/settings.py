@@ -63,6 +63,17 @@ class SearchSettings(_Section):
     default_strategy: Strategy = Strategy.HYBRID
     #: Report whether a relevant candidate was removed by access rules (content-free).
     hidden_marker: bool = True
+    #: The marker counts a withheld candidate only when it matches the query's words with a
+    #: BM25 score of at least this share of the best one among documents the caller could
+    #: ask for (a vector match alone never counts).
+    marker_min_relevance: float = Field(default=0.5, gt=0.0, le=1.0)
+    #: Most contacts (source system, author email) one marker names.
+    marker_max_contacts: int = Field(default=3, ge=1, le=20)
+    #: Markers shown to one principal per window; past it the marker is withheld (and the
+    #: audit event says so). Bounds probing for what exists.
+    marker_budget: int = Field(default=50, ge=0, le=1_000_000)
+    #: The budget's window, in hours (fixed windows, counted in the truth store).
+    marker_window_hours: float = Field(default=24.0, gt=0.0, le=24.0 * 366)
     #: PostgreSQL: when the caller may read at most this many vectors, the vector leg scores
     #: them all (exact) instead of walking the HNSW graph (see bench/RESULTS.md).
     exact_vector_threshold: int = Field(default=20_000, ge=0, le=10_000_000)

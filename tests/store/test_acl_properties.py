@@ -1,11 +1,14 @@
 """Hypothesis against an independent, naive reference model of the knowledge store.
 
 The reference uses plain Python sets for identities, nested groups, ACLs, tenants and
-classifications, brute-force BM25 (tantivy's formula) and brute-force cosine. For random worlds
-and queries in every strategy:
+classifications, brute-force BM25 (with statistics over the documents the caller may read) and
+brute-force cosine. For random worlds and queries in every strategy:
 - every result is readable by the caller;
-- the exact legs (keyword, semantic) return the reference top-k over the allowed set;
-- the hidden marker names only sources/authors of unreadable top-k candidates, as the rule says.
+- the exact legs (keyword, semantic) return the reference top-k over the allowed set, with
+  BM25 statistics counted over that set only;
+- the hidden marker names only sources/authors of unreadable candidates the caller could ask
+  for (same tenant, requested corpora, at or below the clearance) that rank in the top-k there
+  and match the query's words with at least half the best such BM25 score; at most three.
 """
 
 from __future__ import annotations
@@ -136,11 +139,14 @@ def readable(
     return any((d.system, p) in mine for p in d.acl)
 
 
-def bm25(world: World, tenant: str, query: str) -> dict[str, float]:
+def bm25(docs: list[RDoc], query: str) -> dict[str, float]:
+    """BM25 with k1 1.2, b 0.75 and every statistic counted over ``docs`` alone."""
     analyze = default_analyzer().analyze
-    docs = [d for d in world.docs if d.tenant == tenant]
     toks = {d.ext: analyze("\n" + d.text) for d in docs}
+    assert all(len(t) <= 32 for t in toks.values())  # lengths are exact up to 32 terms
     n = len(docs)
+    if n == 0:
+        return {}
     avgdl = sum(len(t) for t in toks.values()) / n
     out: dict[str, float] = {}
     for term in set(analyze(query)):
@@ -271,13 +277,17 @@ def check_store(
         scope = [c for c in (corpora or known) if c in known]
         if corpora and len(scope) != len(corpora):
             continue  # unknown corpus: a clear error, covered elsewhere
-        lexical = bm25(world, tenant, query) if known else {}
         dense = cosine(world, tenant, query)
+        askable = [
+            d for d in world.docs if d.tenant == tenant and d.corpus in scope and d.level <= ceiling
+        ]
+        asked = bm25(askable, query)
         for email in EMAILS:
             caller = Principal(
                 sub="u", email=email, tenant=tenant, clearance=Classification(ceiling)
             )
             can = {d.ext for d in world.docs if readable(world, d, tenant, email, ceiling, scope)}
+            lexical = bm25([d for d in world.docs if d.tenant == tenant and d.ext in can], query)
             for strategy in Strategy:
                 request = SearchRequest(
                     query=query,
@@ -289,45 +299,60 @@ def check_store(
                 got = [(h.doc_id, h.score) for h in result.results]
                 assert {e for e, _ in got} <= can, "a result the caller may not read"
                 if strategy is Strategy.KEYWORD:
-                    check_topk(got, {e: s for e, s in lexical.items() if e in can}, k)
-                    marker_ref = lexical
+                    check_topk(got, lexical, k)
+                    marker_ref = asked
                 elif strategy is Strategy.SEMANTIC:
                     check_topk(got, {e: s for e, s in dense.items() if e in can}, k)
-                    marker_ref = dense
+                    marker_ref = {d.ext: dense[d.ext] for d in askable}
                 else:
                     marker_ref = {}
-                check_marker(world, tenant, scope, can, result, marker_ref, k, email)
+                check_marker(world, tenant, askable, can, result, marker_ref, asked, k, email)
 
 
 def check_marker(
     world: World,
     tenant: str,
-    scope: list[str],
+    askable: list[RDoc],
     can: set[str],
     result: object,
     reference: dict[str, float],
+    lexical: dict[str, float],
     k: int,
     email: str,
 ) -> None:
+    """``reference``: the strategy's scores over the askable documents (empty for hybrid,
+    whose fused order only the containment checks cover); ``lexical``: their BM25."""
     hidden = result.hidden  # type: ignore[attr-defined]
-    by_ext = {d.ext: d for d in world.docs if d.tenant == tenant and d.corpus in scope}
-    unreadable = {e for e in by_ext if e not in can}
+    by_ext = {d.ext: d for d in askable}
     named = {(s.source_system, s.author_email) for s in hidden.sources}
     assert hidden.present == bool(named)
+    assert len(named) <= 3, "the marker names a bounded set of contacts"
     if not principals(world, tenant, email):
         assert not hidden.present  # no identity: learns nothing
         return
-    allowed_names = {(by_ext[e].system, author_email(world, by_ext[e])) for e in unreadable}
-    assert named <= allowed_names, "marker names a source/author of no unreadable candidate"
+    bar = 0.5 * max(lexical.values(), default=0.0)
+
+    def relevant_by(margin: float) -> set[str]:
+        return {e for e in by_ext if e not in can and lexical.get(e, 0.0) >= bar + margin > 0}
+
+    relevant, clearly = relevant_by(-EPS), relevant_by(EPS)
+
+    def contacts(exts: set[str]) -> set[tuple[str, str | None]]:
+        return {(by_ext[e].system, author_email(world, by_ext[e])) for e in exts}
+
+    assert named <= contacts(relevant), "marker names no relevant, askable, unreadable doc"
     if not reference:
         return  # hybrid: only the containment above is exact
-    ranked = sorted(((e, s) for e, s in reference.items() if e in by_ext), key=lambda p: -p[1])
+    ranked = sorted(reference.items(), key=lambda p: -p[1])
     top = ranked[:k]
     if not top:
         assert not hidden.present
         return
     kth = top[-1][1]
-    may = {e for e, s in ranked if s >= kth - EPS and e in unreadable}
-    must = {e for e, s in top if s > kth + EPS and e in unreadable}
-    assert named <= {(by_ext[e].system, author_email(world, by_ext[e])) for e in may}
-    assert {(by_ext[e].system, author_email(world, by_ext[e])) for e in must} <= named
+    may = {e for e, s in ranked if s >= kth - EPS and e in relevant}
+    must = {e for e, s in top if s > kth + EPS and e in clearly}
+    assert named <= contacts(may)
+    if must:
+        assert hidden.present
+    if len(contacts(may)) <= 3:
+        assert contacts(must) <= named

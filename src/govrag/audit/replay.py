@@ -68,6 +68,8 @@ def replay(log: AuditReader, tenant: str, request_id: str) -> Replay:
         for pack_id in e.payload.get("context_pack_ids", []):
             passed[pack_id] = bool(e.payload.get("validation_passed"))
     packs = by_kind.get("context_pack", [])
+    markers = {e.payload.get("context_pack_id"): _pick(e.payload, "shown", "reason", "sources")
+               for e in by_kind.get("hidden_marker", [])}  # fmt: skip
     model_saw = [
         {"context_pack_id": e.payload["context_pack_id"], "corpus": e.payload["corpus"],
          "policy_version": e.payload["policy_version"],
@@ -75,6 +77,7 @@ def replay(log: AuditReader, tenant: str, request_id: str) -> Replay:
          "chunks": [{"chunk_id": s["chunk_id"], "doc_id": s["doc_id"], "score": s["score"]}
                     for s in e.payload["sources"]],
          "withheld": e.payload.get("withheld"),
+         "hidden_marker": markers.get(e.payload["context_pack_id"]),
          "validation_passed": passed.get(e.payload["context_pack_id"], False)}
         for e in packs
     ]  # fmt: skip

@@ -26,6 +26,7 @@ from pydantic import ValidationError
 
 from govrag.errors import GovragError, describe_validation
 from govrag.gateway import ContextPack, Gateway
+from govrag.policy.marker import MarkerGate
 from govrag.policy.pdp import CedarPDP
 from govrag.policy.sarac import Decision, SaracRequest
 from govrag.routes.models import Retrieval
@@ -75,12 +76,15 @@ class PolicyEnforcementPoint:
         gateway: Gateway | None = None,
         default_profile: str | None = None,
         corpus_classification: Mapping[str, Classification] | None = None,
+        markers: MarkerGate | None = None,
     ) -> None:
         self.pdps = {pdp.bundle.name: pdp} if isinstance(pdp, CedarPDP) else dict(pdp)
         self.default_profile = default_profile or next(iter(self.pdps), "")
         self.audit = audit
         self.gateway = gateway
         self.corpus_classification = dict(corpus_classification or {})
+        #: Audits each hidden-item marker a pack would carry and applies the budget.
+        self.markers = markers or MarkerGate(audit)
 
     def retrieve(
         self,
@@ -95,8 +99,9 @@ class PolicyEnforcementPoint:
         policy_profile: str | None = None,
     ) -> Enforced[ContextPack]:
         """:meth:`enforce` with the gateway's pipeline for ``proposal.corpus`` downstream,
-        then the pack's audit record (``context_pack``). A pack that cannot be recorded is
-        not delivered: the result is DENY ``policy_error``, as for the decision itself."""
+        then the hidden-item marker's gate (audited, within the caller's budget) and the
+        pack's audit record (``context_pack``). A pack that cannot be recorded is not
+        delivered: the result is DENY ``policy_error``, as for the decision itself."""
         gateway = self.gateway
         if gateway is None:
             raise GovragError("this PolicyEnforcementPoint has no gateway to forward to")
@@ -119,6 +124,9 @@ class PolicyEnforcementPoint:
         pack = done.result
         if pack is None:
             return done
+        hidden = self.markers.admit(principal, pack, request_id=request_id, session_id=session_id)
+        if hidden != pack.hidden:
+            pack = pack.model_copy(update={"hidden": hidden})
         try:
             self.audit.append_audit(
                 principal.tenant,

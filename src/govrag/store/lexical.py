@@ -1,20 +1,29 @@
 """Lexical BM25 search in tantivy: one derived index per tenant.
 
-Chunks are indexed as govrag's analyzed terms (see ``analyzer.py``) with a whitespace
-tokenizer, so every BM25 index in govrag scores the same tokens. Each chunk also carries its
-ACL principal tokens, corpus and classification as indexed fields, and every query is
-``(text) AND (principal tokens) AND (corpus) AND (classification <= ceiling)`` evaluated inside
-the engine, before the top-k collector truncates anything.
+Chunks are indexed as govrag's analyzed terms (see ``analyzer.py``), so every BM25 index in
+govrag scores the same tokens. Each chunk also carries its ACL principal tokens, corpus and
+classification as indexed fields, and every query is ``(text) AND (principal tokens) AND
+(corpus) AND (classification <= ceiling)`` evaluated inside the engine, before the top-k
+collector truncates anything.
+
+Scores are govrag's BM25 (``bm25.py``) with statistics counted under that same filter: a
+chunk's score depends only on chunks the caller may read, never on the rest of the index.
+The engine sums per-token constant weights computed for this query; ties are broken by
+chunk id, also across the cut at ``limit``, so the result does not depend on how the index
+happens to be laid out in segments.
 
 The index is derived from the truth store: ``applied_seq`` records the last outbox sequence
 number whose changes it holds; replaying entries is idempotent (delete by document, re-add).
+An index written in an older format is discarded on open and rebuilt from the truth store.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import hashlib
 import os
+import shutil
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -22,9 +31,14 @@ from pathlib import Path
 import tantivy
 
 from govrag.errors import IndexStaleError, StoreError
+from govrag.store import bm25
 from govrag.store.records import IndexedChunk
 
 _SEQ_FILE = "applied_seq"
+_FORMAT_FILE = "format"
+#: Bump when the schema or the meaning of a field changes: an index of another format is
+#: discarded on open and rebuilt from the truth store.
+FORMAT = "2"
 #: How long a search waits for another process's index writer before refusing to search.
 WRITER_WAIT_SECONDS = 15.0
 
@@ -33,11 +47,21 @@ def _schema() -> tantivy.Schema:
     sb = tantivy.SchemaBuilder()
     sb.add_unsigned_field("cid", indexed=True, fast=True)
     sb.add_unsigned_field("did", indexed=True, fast=True)
-    sb.add_text_field("body", tokenizer_name="whitespace", index_option="freq")
+    # One token per distinct term, ``term␟tf␟dl``, and the quantised length (see bm25.py).
+    sb.add_text_field("tf", tokenizer_name="raw", index_option="basic")
+    sb.add_text_field("dl", tokenizer_name="raw", index_option="basic")
     sb.add_text_field("acl", tokenizer_name="raw", index_option="basic")
     sb.add_text_field("corpus", tokenizer_name="raw", index_option="basic")
     sb.add_unsigned_field("cls", indexed=True, fast=True)
+    # A digest of what the access predicate reads, for ``govrag index verify``.
+    sb.add_unsigned_field("acc", fast=True)
     return sb.build()
+
+
+def access_digest(doc_id: int, corpus: str, classification: int, acl: Iterable[str]) -> int:
+    """64 bits of a digest of a chunk's document, corpus, classification and ACL tokens."""
+    body = "\x1e".join([str(doc_id), corpus, str(classification), *sorted(acl)])
+    return int.from_bytes(hashlib.sha256(body.encode()).digest()[:8], "big")
 
 
 class LexicalIndex:
@@ -47,11 +71,13 @@ class LexicalIndex:
         self.path = path
         self.schema = _schema()
         self._mem_seq = 0
+        #: Whether this index holds no committed state (new, or of an older format).
+        self.created = path is None or not (path / _SEQ_FILE).exists()
         try:
             if path is None:
                 self._index = tantivy.Index(self.schema)
             else:
-                path.mkdir(parents=True, exist_ok=True)
+                self.created = _discard_other_format(path) or self.created
                 self._index = tantivy.Index(self.schema, str(path), reuse=True)
             # Manual reloads: the reader moves only when this process syncs, so what it
             # searches is exactly the outbox position it recorded.
@@ -149,11 +175,17 @@ class LexicalIndex:
         out = tantivy.Document()
         out.add_unsigned("cid", doc.chunk_id)
         out.add_unsigned("did", doc.doc_id)
-        out.add_text("body", doc.terms)
+        tokens, dl = bm25.chunk_tokens(doc.terms.split())
+        for token in tokens:
+            out.add_text("tf", token)
+        out.add_text("dl", str(dl))
         for token in doc.acl_tokens:
             out.add_text("acl", token)
         out.add_text("corpus", doc.corpus)
         out.add_unsigned("cls", doc.classification)
+        out.add_unsigned(
+            "acc", access_digest(doc.doc_id, doc.corpus, doc.classification, doc.acl_tokens)
+        )
         return out
 
     # -- reads -----------------------------------------------------------------------------
@@ -167,15 +199,15 @@ class LexicalIndex:
         doc_ids: Sequence[int] | None,
         limit: int,
     ) -> list[tuple[int, float]]:
-        """BM25 top-``limit`` as (chunk id, score), best first.
+        """BM25 top-``limit`` as (chunk id, score), best first, ties by chunk id.
 
-        ``acl_tokens=None`` and ``max_classification=None`` lift the access predicate; only the
-        hidden-item marker asks for that (and, for the ceiling, a scope where it cannot exclude
-        anything). ``corpora=None`` means every corpus of the tenant. ``doc_ids`` narrows to
-        caller-filtered documents.
+        ``acl_tokens=None`` lifts the access predicate (only the hidden-item marker asks for
+        that); ``max_classification=None`` and ``corpora=None`` mean no such limit (a scope
+        where it cannot exclude anything). ``doc_ids`` narrows to caller-filtered documents.
+        The statistics are counted under exactly this filter.
         """
         unique = list(dict.fromkeys(t for t in terms if t))
-        if not unique or (corpora is not None and not corpora):
+        if not unique or limit < 1 or (corpora is not None and not corpora):
             return []
         if acl_tokens is not None and not acl_tokens:
             return []
@@ -183,16 +215,11 @@ class LexicalIndex:
             return []
         q = tantivy.Query
         occur = tantivy.Occur
-        text = q.boolean_query(
-            [(occur.Should, q.term_query(self.schema, "body", t, "freq")) for t in unique]
-        )
-        clauses: list[tuple[tantivy.Occur, tantivy.Query]] = [(occur.Must, text)]
+        filters: list[tantivy.Query] = []
 
         def restrict(field: str, values: Sequence[str] | Sequence[int]) -> None:
-            # Constant score 0: a filter narrows the candidates without changing BM25 scores.
-            clauses.append(
-                (occur.Must, q.const_score_query(q.term_set_query(self.schema, field, values), 0.0))
-            )
+            # Constant score 0: a filter narrows the candidates without changing scores.
+            filters.append(q.const_score_query(q.term_set_query(self.schema, field, values), 0.0))
 
         if corpora is not None:
             restrict("corpus", list(corpora))
@@ -202,18 +229,77 @@ class LexicalIndex:
             restrict("cls", list(range(max_classification + 1)))
         if doc_ids is not None:
             restrict("did", list(doc_ids))
+        # Always a filter, even "everything": counts under a filter see live documents only
+        # (a deleted one stays in its segment's term counts until a merge).
+        scope = q.boolean_query([(occur.Must, f) for f in filters]) if filters else q.all_query()
         searcher = self._index.searcher()
-        hits = searcher.search(q.boolean_query(clauses), limit, count=False).hits
-        if not hits:
+        lengths = searcher.terms_with_prefix("dl", "", filter_query=scope)
+        n = sum(count for _, count in lengths)
+        if n == 0:
             return []
-        cids = searcher.fast_field_values("cid", [addr for _, addr in hits])
-        return [(int(cid or 0), float(score)) for (score, _), cid in zip(hits, cids, strict=True)]
+        avgdl = sum(int(dl) * count for dl, count in lengths) / n
+        weighted: list[tuple[tantivy.Occur, tantivy.Query]] = []
+        for term in unique:
+            tokens = searcher.terms_with_prefix("tf", term + bm25.SEP, filter_query=scope)
+            df = sum(count for _, count in tokens)
+            if df == 0:
+                continue
+            idf = bm25.idf(n, df)
+            for token, _ in tokens:
+                tf, dl = bm25.parse_token(token)
+                weight = idf * bm25.saturation(tf, dl, avgdl)
+                term_q = q.term_query(self.schema, "tf", token, "basic")
+                weighted.append((occur.Should, q.const_score_query(term_q, weight)))
+        if not weighted:
+            return []
+        query = q.boolean_query([(occur.Must, q.boolean_query(weighted)), (occur.Must, scope)])
+        return _top(searcher, query, limit)
 
-    def all_chunk_ids(self) -> set[int]:
-        """Every chunk id in the index (for ``govrag index verify``)."""
+    def all_chunks(self) -> dict[int, int]:
+        """Every chunk id in the index with its access digest (for ``govrag index verify``)."""
         searcher = self._index.searcher()
         n = searcher.num_docs
         if n == 0:
-            return set()
-        hits = searcher.search(tantivy.Query.all_query(), n, count=False).hits
-        return {int(c or 0) for c in searcher.fast_field_values("cid", [a for _, a in hits])}
+            return {}
+        addrs = [a for _, a in searcher.search(tantivy.Query.all_query(), n, count=False).hits]
+        cids = searcher.fast_field_values("cid", addrs)
+        digests = searcher.fast_field_values("acc", addrs)
+        return {int(c or 0): int(d or 0) for c, d in zip(cids, digests, strict=True)}
+
+
+def _top(searcher: tantivy.Searcher, query: tantivy.Query, limit: int) -> list[tuple[int, float]]:
+    """The best ``limit`` hits, ties ordered by chunk id. The engine breaks ties by where a
+    document sits in its segments; so when the hit after the cut ties with the last one,
+    fetch on until the score drops and cut the ordered list instead."""
+    fetch = limit + 1
+    while True:
+        hits = searcher.search(query, fetch, count=False).hits
+        if len(hits) < fetch or hits[-1][0] != hits[limit - 1][0]:
+            break
+        fetch *= 2
+    cids = searcher.fast_field_values("cid", [addr for _, addr in hits])
+    ranked = sorted(
+        ((int(cid or 0), float(score)) for (score, _), cid in zip(hits, cids, strict=True)),
+        key=lambda pair: (-pair[1], pair[0]),
+    )
+    return ranked[:limit]
+
+
+def _discard_other_format(path: Path) -> bool:
+    """Empty ``path`` when it holds an index of another format; returns whether it did.
+    The index is derived: the next sync rebuilds it from the truth store."""
+    marker = path / _FORMAT_FILE
+    try:
+        if marker.read_text().strip() == FORMAT:
+            return False
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise StoreError(f"cannot read {marker}: {exc.strerror}") from exc
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True, exist_ok=True)
+    tmp = path / f"{_FORMAT_FILE}.{os.getpid()}.tmp"
+    tmp.write_text(FORMAT)
+    os.replace(tmp, marker)
+    return True

@@ -49,7 +49,7 @@ _V2_TENANT_TABLES = (
     "entities", "chunk_entities", "relations", "access_counter", "index_outbox", "incidents",
 )  # fmt: skip
 #: Tables holding tenant data; each has the forced tenant isolation policy.
-TENANT_TABLES = (*_V2_TENANT_TABLES, "audit_events", "sessions")
+TENANT_TABLES = (*_V2_TENANT_TABLES, "audit_events", "sessions", "marker_budget")
 
 _CORE = """
 CREATE TABLE tenant_directory (
@@ -436,6 +436,21 @@ CREATE UNIQUE INDEX identities_by_account ON identities(tenant_id, source_system
 """,
     ),
     (6, "access columns on vectors", _V6_VECTOR_ACCESS),
+    (
+        7,
+        "hidden-item marker budget",
+        """
+CREATE TABLE marker_budget (
+    tenant_id    TEXT COLLATE "C" NOT NULL,
+    sub          TEXT COLLATE "C" NOT NULL,
+    window_start BIGINT NOT NULL,
+    shown        BIGINT NOT NULL,
+    PRIMARY KEY (tenant_id, sub, window_start)
+)
+"""
+        + ";\n"
+        + _rls(("marker_budget",)),
+    ),
 ]
 
 

@@ -92,7 +92,7 @@ class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
         self,
         conn: Any,
         scope: AccessScope,
-        restricted: bool,
+        acl: bool,
         doc_ids: Sequence[int] | None,
         cap: int,
     ) -> bool:
@@ -103,7 +103,7 @@ class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
         if doc_ids is not None and len(doc_ids) <= cap:
             return True
         counts = []
-        if restricted:
+        if acl:
             principals, pairs = _principal_values(scope)
             if not pairs:
                 return True  # reads nothing: the exact statement returns at once
@@ -162,7 +162,7 @@ class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
         scope: AccessScope,
         query: FloatArray,
         *,
-        restricted: bool,
+        acl: bool,
         doc_ids: Sequence[int] | None,
         limit: int,
     ) -> tuple[list[tuple[int, float]], bool]:
@@ -170,15 +170,13 @@ class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
         settings = self.search_settings
         dim = int(query.shape[0])
         qvec = self._vector_param(query)
-        conds, params = scope_sql(scope, restricted, doc_ids)
+        conds, params = scope_sql(scope, acl, doc_ids)
         with (
             self._tx(scope.tenant, read=True) as conn,
-            self._as_reader(conn, scope.tokens if restricted else None),
+            self._as_reader(conn, scope.tokens if acl else None),
         ):
             cap = max(settings.exact_vector_threshold, limit)
-            if (restricted or doc_ids is not None) and self._may_be_few(
-                conn, scope, restricted, doc_ids, cap
-            ):
+            if (acl or doc_ids is not None) and self._may_be_few(conn, scope, acl, doc_ids, cap):
                 # Score the readable vectors (up to cap + 1) in one statement and count them:
                 # when there are more than cap, nothing is returned and the graph is walked.
                 rows = conn.execute(
@@ -211,7 +209,7 @@ class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
         # A filtered walk is only reached with more than ``cap`` (>= ``limit``) ACL rows or
         # readable vectors: a short list means the scan bound (most likely) stopped it, so
         # say that fewer results than asked may exist rather than stay silent.
-        return hits, (restricted or doc_ids is not None) and len(hits) < limit
+        return hits, (acl or doc_ids is not None) and len(hits) < limit
 
 
 def exact_statement(conds: str) -> str:
@@ -231,21 +229,21 @@ def exact_statement(conds: str) -> str:
 
 
 def scope_sql(
-    scope: AccessScope, restricted: bool, doc_ids: Sequence[int] | None
+    scope: AccessScope, acl: bool, doc_ids: Sequence[int] | None
 ) -> tuple[str, list[Any]]:
     """``AND ...`` conditions on a vector row ``v``, with their parameters: the same
     predicate as :data:`ACL_EXISTS` and the SQLite backend's, on the row's own copies of its
-    document's corpus, classification and ACL tokens (the caller's principal tokens, one of
-    which the row's must hold)."""
+    document's corpus, classification and, with ``acl``, ACL tokens (the caller's principal
+    tokens, one of which the row's must hold)."""
     conds: list[str] = []
     params: list[Any] = []
     if scope.filter_corpora:
         conds.append("v.corpus_id = ANY(CAST(? AS text[]))")
         params.append(list(scope.corpora))
-    if restricted and scope.filter_ceiling:
+    if scope.filter_ceiling:
         conds.append("v.classification <= ?")
         params.append(scope.ceiling)
-    if restricted:
+    if acl:
         if scope.tokens:
             conds.append("v.acl && CAST(? AS text[])")
             params.append(sorted(scope.tokens))

@@ -112,7 +112,10 @@ class IndexReport:
     #: PostgreSQL: vector rows whose copy of their document's corpus, classification or
     #: ACL tokens differs from the truth (triggers keep them equal; 0 on SQLite).
     vector_access_drift: int = 0
+    #: Lexical index entries whose document, corpus, classification or ACL tokens differ
+    #: from the truth (a stale or tampered index; repaired by a rebuild).
+    stale_access: int = 0
 
     @property
     def differences(self) -> int:
-        return self.missing + self.extra + self.vector_access_drift
+        return self.missing + self.extra + self.stale_access + self.vector_access_drift

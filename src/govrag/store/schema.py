@@ -238,6 +238,19 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             ON identities(tenant_id, source_system, account_id)
         """,
     ),
+    (
+        5,
+        "hidden-item marker budget",
+        """
+        CREATE TABLE marker_budget (
+            tenant_id    TEXT NOT NULL,
+            sub          TEXT NOT NULL,
+            window_start INTEGER NOT NULL,
+            shown        INTEGER NOT NULL,
+            PRIMARY KEY (tenant_id, sub, window_start)
+        )
+        """,
+    ),
 ]
 
 

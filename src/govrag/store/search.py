@@ -6,10 +6,17 @@ security argument:
 
 1. Resolve the caller's principal tokens from the truth store (one SQL statement).
 2. Run each leg restricted to what the caller may read; caller filters only narrow further.
+   Lexical statistics are counted over that same set (``bm25.py``), so nothing the caller
+   cannot read moves a score or an order.
 3. Fuse, cut to top-k, then re-check those ids against the truth store's ACL; a mismatch is
    dropped and recorded as an incident (a derived index can lag, the truth store cannot).
-4. For the marker, rank once more without the access predicate and report only *whether* a
-   top-k candidate was unreadable, its source system and its author's email.
+4. The hidden-item marker, which must not become an oracle: it ranks once more over what
+   the caller *could ask an owner for* (the same tenant, the requested corpora, at or below
+   the caller's clearance: the access predicate lifted, nothing else) and reports only
+   *whether* a top-k candidate there was unreadable *and relevant on the text* (a lexical
+   match scoring at least ``marker_min_relevance`` of the best one), with at most
+   ``marker_max_contacts`` source systems and author emails. A request with caller filters
+   gets no marker: metadata never selects a hidden candidate.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from govrag.embed.base import Embedder, FloatArray
-from govrag.errors import ConfigError, NotFoundError
+from govrag.errors import ConfigError
 from govrag.settings import SearchSettings
 from govrag.store.analyzer import default_analyzer
 from govrag.store.fusion import rrf
@@ -58,9 +65,9 @@ class SearchBackend(Protocol):
 
     search_settings: SearchSettings
     embedder: Embedder | None
-    #: Whether the hidden-item marker's unrestricted ranking may run on another thread while
-    #: the restricted one runs (each then reads on its own connection). PostgreSQL: both
-    #: rankings are mostly server time, on two cores. SQLite: no, its restricted ranking
+    #: Whether the hidden-item marker's ranking (access predicate lifted) may run on another
+    #: thread while the caller's runs (each then reads on its own connection). PostgreSQL:
+    #: both rankings are mostly server time, on two cores. SQLite: no, the caller's ranking
     #: reuses the marker's vector product, so the marker goes first.
     concurrent_marker: bool
 
@@ -81,17 +88,20 @@ class SearchBackend(Protocol):
         scope: AccessScope,
         terms: Sequence[str],
         *,
-        restricted: bool,
+        acl: bool,
         doc_ids: Sequence[int] | None,
         limit: int,
-    ) -> list[tuple[int, float]]: ...
+    ) -> list[tuple[int, float]]:
+        """BM25 top ``limit`` under the scope's corpora and ceiling and, with ``acl``, its
+        principal tokens; statistics counted under that same predicate."""
+        ...
 
     def vector_leg(
         self,
         scope: AccessScope,
         query: FloatArray,
         *,
-        restricted: bool,
+        acl: bool,
         doc_ids: Sequence[int] | None,
         limit: int,
     ) -> tuple[list[tuple[int, float]], bool]:
@@ -109,18 +119,13 @@ class SearchBackend(Protocol):
 def resolve_corpora(
     backend: SearchBackend, tenant: str, wanted: Sequence[str] | None
 ) -> tuple[list[str], bool]:
-    """The corpora a request targets (the named ones, which must exist, or all of the
-    tenant's), and whether they are every corpus of the tenant."""
+    """The corpora a request targets that hold documents (the named ones, or all of the
+    tenant's), and whether they are every corpus of the tenant. A named corpus without
+    documents is simply empty: not an error, and no message that lists what exists."""
     known = backend.known_corpora(tenant)
     if not wanted:
         return known, True
-    unknown = [c for c in wanted if c not in known]
-    if unknown:
-        listing = ", ".join(repr(c) for c in known) or "none yet (ingest documents first)"
-        raise NotFoundError(
-            f"unknown corpus {unknown[0]!r} in tenant {tenant!r}; known corpora: {listing}"
-        )
-    targets = list(dict.fromkeys(wanted))
+    targets = [c for c in dict.fromkeys(wanted) if c in known]
     return targets, set(targets) >= set(known)
 
 
@@ -140,6 +145,16 @@ def _query_vector(backend: SearchBackend, tenant: str, query: str) -> FloatArray
     return embedder.embed_query(query)
 
 
+@dataclass(frozen=True)
+class _Ranking:
+    #: The strategy's top-k, best first.
+    ranked: list[tuple[int, float]]
+    #: The lexical leg as it was fused (empty for a semantic ranking).
+    lexical: list[tuple[int, float]]
+    #: The vector leg was stopped by a scan bound.
+    truncated: bool
+
+
 def _rank(
     backend: SearchBackend,
     scope: AccessScope,
@@ -148,9 +163,9 @@ def _rank(
     qvec: FloatArray | None,
     doc_ids: Sequence[int] | None,
     *,
-    restricted: bool,
-) -> tuple[list[tuple[int, float]], bool]:
-    """The fused ranking, and whether the vector leg was truncated by a scan bound."""
+    acl: bool,
+) -> _Ranking:
+    """The fused ranking under the scope (with its ACL predicate when ``acl``)."""
     settings = backend.search_settings
     strategy = request.strategy
     depth = vector_depth = request.top_k
@@ -160,18 +175,16 @@ def _rank(
     vector: list[tuple[int, float]] = []
     truncated = False
     if strategy in (Strategy.KEYWORD, Strategy.HYBRID):
-        lexical = backend.lexical_leg(
-            scope, terms, restricted=restricted, doc_ids=doc_ids, limit=depth
-        )
+        lexical = backend.lexical_leg(scope, terms, acl=acl, doc_ids=doc_ids, limit=depth)
         lexical.sort(key=lambda pair: (-pair[1], pair[0]))
     if strategy in (Strategy.SEMANTIC, Strategy.HYBRID) and qvec is not None:
         vector, truncated = backend.vector_leg(
-            scope, qvec, restricted=restricted, doc_ids=doc_ids, limit=vector_depth
+            scope, qvec, acl=acl, doc_ids=doc_ids, limit=vector_depth
         )
     if strategy is Strategy.KEYWORD:
-        return lexical[: request.top_k], False
+        return _Ranking(lexical[: request.top_k], lexical, False)
     if strategy is Strategy.SEMANTIC:
-        return vector[: request.top_k], truncated
+        return _Ranking(vector[: request.top_k], [], truncated)
     fused = rrf(
         [
             ([c for c, _ in lexical], settings.lexical_weight),
@@ -179,7 +192,7 @@ def _rank(
         ],
         k=settings.rrf_k,
     )
-    return fused[: request.top_k], truncated
+    return _Ranking(fused[: request.top_k], lexical, truncated)
 
 
 def run_search(
@@ -188,10 +201,12 @@ def run_search(
     """Search on behalf of ``principal``: only chunks it may read, best first."""
     tenant = principal.tenant
     corpora, every_corpus = resolve_corpora(backend, tenant, request.corpora)
-    scope = backend.resolve_access(principal, corpora, every_corpus=every_corpus)
     empty = SearchResult(query=request.query, strategy=request.strategy, results=())
-    # No identity, or nothing to search: see nothing, learn nothing (not even the marker).
-    if not scope.tokens or not corpora:
+    if not corpora:
+        return empty
+    scope = backend.resolve_access(principal, corpora, every_corpus=every_corpus)
+    # No identity: see nothing, learn nothing (not even the marker).
+    if not scope.tokens:
         return empty
     terms = default_analyzer().analyze(request.query)
     qvec = None
@@ -203,27 +218,29 @@ def run_search(
         if not doc_ids:
             return empty
 
-    # The marker ranks without the access predicate. In one thread it goes first: its full
-    # vector product is reused by the restricted ranking (one pass over the matrix instead
-    # of two). A backend that can, runs it beside the restricted ranking instead; the
-    # marker is content-free, so reading it from another snapshot changes nothing shown.
+    # The marker's ranking lifts the access predicate. In one thread it goes first: its full
+    # vector product is reused by the caller's ranking (one pass over the matrix instead of
+    # two). A backend that can, runs it beside the caller's ranking instead; the marker is
+    # content-free, so reading it from another snapshot changes nothing shown. A filtered
+    # request gets none: metadata of documents the caller cannot read must select nothing.
     hidden = HiddenMarker()
     marker: Future[HiddenMarker] | None = None
-    if backend.search_settings.hidden_marker:
-        marker_args = (backend, scope, request, terms, qvec, doc_ids)
+    if backend.search_settings.hidden_marker and not request.filters:
+        marker_args = (backend, scope, request, terms, qvec)
         if backend.concurrent_marker:
             marker = _marker_pool().submit(_hidden_marker, *marker_args)
         else:
             hidden = _hidden_marker(*marker_args)
 
     try:
-        ranked, truncated = _rank(backend, scope, request, terms, qvec, doc_ids, restricted=True)
+        ranking = _rank(backend, scope, request, terms, qvec, doc_ids, acl=True)
     except BaseException:
         if marker is not None:
             wait([marker])  # never leave it reading from a store the caller may now close
         raise
     if marker is not None:
         hidden = marker.result()
+    ranked = ranking.ranked
     ids = [cid for cid, _ in ranked]
     readable = backend.readable_chunks(scope, ids)
     stale = [cid for cid in ids if cid not in readable]
@@ -252,7 +269,7 @@ def run_search(
         strategy=request.strategy,
         results=hits,
         hidden=hidden,
-        truncated=truncated,
+        truncated=ranking.truncated,
     )
 
 
@@ -268,26 +285,40 @@ def _hidden_marker(
     request: SearchRequest,
     terms: Sequence[str],
     qvec: FloatArray | None,
-    doc_ids: Sequence[int] | None,
 ) -> HiddenMarker:
-    """Whether a candidate that would have ranked in the top-k without access rules was removed.
+    """Whether a relevant candidate the caller could ask its owner for was removed by access
+    rules, and whom to ask (see the module docstring for the rule).
 
-    Content-free by construction: only the source system and author email leave this function.
+    Content-free by construction: only source systems and author emails leave this function.
     """
-    ranked, _ = _rank(backend, scope, request, terms, qvec, doc_ids, restricted=False)
-    unrestricted = [cid for cid, _ in ranked]
-    if not unrestricted:
+    settings = backend.search_settings
+    ranking = _rank(backend, scope, request, terms, qvec, None, acl=False)
+    candidates = [cid for cid, _ in ranking.ranked]
+    if not candidates:
         return HiddenMarker()
-    readable = backend.readable_chunks(scope, unrestricted)
-    removed = [cid for cid in unrestricted if cid not in readable]
+    readable = backend.readable_chunks(scope, candidates)
+    removed = [cid for cid in candidates if cid not in readable]
     if not removed:
         return HiddenMarker()
-    info = backend.chunk_info(scope.tenant, removed)
-    sources = sorted(
-        {(i.source_system, i.author_email) for i in info.values()},
-        key=lambda s: (s[0], s[1] or ""),
+    lexical = ranking.lexical
+    if request.strategy is Strategy.SEMANTIC:  # relevance is judged on the text alone
+        depth, _ = settings.hybrid_depths(request.top_k)
+        lexical = backend.lexical_leg(scope, terms, acl=False, doc_ids=None, limit=depth)
+    scores = dict(lexical)
+    bar = settings.marker_min_relevance * max(scores.values(), default=0.0)
+    relevant = [cid for cid in removed if scores.get(cid, 0.0) > 0.0 and scores[cid] >= bar]
+    if not relevant:
+        return HiddenMarker()
+    info = backend.chunk_info(scope.tenant, relevant)
+    # In rank order, each contact once, at most marker_max_contacts: a bounded set, never a
+    # list per document, and shown sorted (the order says nothing about the ranking).
+    contacts = dict.fromkeys(
+        (info[cid].source_system, info[cid].author_email) for cid in relevant if cid in info
+    )
+    chosen = sorted(
+        list(contacts)[: settings.marker_max_contacts], key=lambda s: (s[0], s[1] or "")
     )
     return HiddenMarker(
         present=True,
-        sources=tuple(HiddenSource(source_system=s, author_email=a) for s, a in sources),
+        sources=tuple(HiddenSource(source_system=s, author_email=a) for s, a in chosen),
     )

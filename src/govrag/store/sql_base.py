@@ -110,7 +110,7 @@ class SQLBase:
         "relations", "chunk_entities", "entities", "access_counter", "incidents",
         "index_outbox", "doc_meta", "doc_acl", "chunk_vectors", "chunks", "documents",
         "vector_spaces", "group_members", "groups", "identities", "source_systems", "corpora",
-        "sessions",
+        "sessions", "marker_budget",
     )  # fmt: skip
 
 

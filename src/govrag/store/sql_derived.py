@@ -15,7 +15,7 @@ import numpy as np
 
 from govrag.store.analyzer import default_analyzer
 from govrag.store.dialect import Conn
-from govrag.store.lexical import LexicalIndex
+from govrag.store.lexical import LexicalIndex, access_digest
 from govrag.store.records import (
     IndexedChunk,
     IndexReport,
@@ -41,8 +41,8 @@ class SQLDerived(SQLBase):
         fresh = False
         if index is None:
             path = None if self.index_dir is None else self.index_dir / _tenant_dir(tenant)
-            fresh = path is None or not (path / "applied_seq").exists()
             index = LexicalIndex(path)
+            fresh = index.created
             self._lexical[tenant] = index
         return index, fresh
 
@@ -128,8 +128,10 @@ class SQLDerived(SQLBase):
         doc_ids: Sequence[int] | None,
         *,
         vectors: bool,
+        terms: bool = True,
     ) -> list[IndexedChunk]:
-        """Indexed chunks of the given documents (all of the tenant's when None)."""
+        """Indexed chunks of the given documents (all of the tenant's when None); without
+        ``terms`` (and with ``vectors``) their text is not analyzed."""
         columns = "c.chunk_id, c.doc_id, c.text, d.corpus_id, d.classification, d.title" + (
             ", v.embedding" if vectors else ", NULL"
         )
@@ -184,7 +186,9 @@ class SQLDerived(SQLBase):
                     chunk_id=cid,
                     doc_id=did,
                     # The title travels with every chunk, as it does for the embedder.
-                    terms="" if vectors else analyzer.analyze_to_string(f"{title}\n{text}"),
+                    terms=""
+                    if vectors or not terms
+                    else analyzer.analyze_to_string(f"{title}\n{text}"),
                     acl_tokens=tuple(sorted(acl.get(did, ()))),
                     corpus=corpus,
                     classification=cls,
@@ -195,26 +199,24 @@ class SQLDerived(SQLBase):
 
     def verify_index(self, tenant: str) -> IndexReport:
         """Compare the tenant's derived indexes with the truth store (after applying the
-        outbox): the lexical index, and on PostgreSQL the vector rows' access columns."""
+        outbox): the lexical index's chunks and, per chunk, what its access predicate reads
+        (document, corpus, classification, ACL tokens); on PostgreSQL also the vector rows'
+        access columns."""
         self.sync_indexes(tenant, vectors=False)
         lexical, _ = self._lexical_index(tenant)
-        truth = {
-            r[0]
-            for r in self._q(
-                tenant,
-                self.dialect.sql(
-                    "SELECT chunk_id FROM chunks WHERE tenant_id = ? AND indexed = {true}"
-                ),
-                (tenant,),
-            )
-        }
-        have = lexical.all_chunk_ids()
+        with self._tx(tenant, read=True) as conn:
+            truth = {
+                c.chunk_id: access_digest(c.doc_id, c.corpus, c.classification, c.acl_tokens)
+                for c in self._indexed_chunks(conn, tenant, None, vectors=False, terms=False)
+            }
+        have = lexical.all_chunks()
         return IndexReport(
             tenant=tenant,
             truth_chunks=len(truth),
             lexical_chunks=len(have),
-            missing=len(truth - have),
-            extra=len(have - truth),
+            missing=len(truth.keys() - have.keys()),
+            extra=len(have.keys() - truth.keys()),
+            stale_access=sum(1 for c, d in have.items() if c in truth and truth[c] != d),
             pending_outbox=max(0, self._outbox_head(tenant) - lexical.applied_seq()),
             vector_access_drift=self._vector_access(tenant, repair=False),
         )

@@ -167,19 +167,19 @@ class SQLReads(SQLDerived):
         scope: AccessScope,
         terms: Sequence[str],
         *,
-        restricted: bool,
+        acl: bool,
         doc_ids: Sequence[int] | None,
         limit: int,
     ) -> list[tuple[int, float]]:
         index, _ = self._lexical_index(scope.tenant)
-        return index.search(terms, **leg_args(scope, restricted, doc_ids, limit))
+        return index.search(terms, **leg_args(scope, acl, doc_ids, limit))
 
     def vector_leg(
         self,
         scope: AccessScope,
         query: FloatArray,
         *,
-        restricted: bool,
+        acl: bool,
         doc_ids: Sequence[int] | None,
         limit: int,
     ) -> tuple[list[tuple[int, float]], bool]:
@@ -310,14 +310,14 @@ def token_pairs(scope: AccessScope) -> str:
 
 
 def leg_args(
-    scope: AccessScope, restricted: bool, doc_ids: Sequence[int] | None, limit: int
+    scope: AccessScope, acl: bool, doc_ids: Sequence[int] | None, limit: int
 ) -> dict[str, Any]:
-    """Keyword arguments of a derived index's search: the access predicate unless
-    ``restricted`` is off."""
+    """Keyword arguments of a derived index's search: the corpora, the ceiling and, with
+    ``acl``, the caller's principal tokens (the hidden-item marker ranks without those)."""
     return {
         "corpora": scope.corpora if scope.filter_corpora else None,
-        "acl_tokens": sorted(scope.tokens) if restricted else None,
-        "max_classification": scope.ceiling if restricted and scope.filter_ceiling else None,
+        "acl_tokens": sorted(scope.tokens) if acl else None,
+        "max_classification": scope.ceiling if scope.filter_ceiling else None,
         "doc_ids": doc_ids,
         "limit": limit,
     }

@@ -175,6 +175,29 @@ class SQLWrites(SQLBase):
                 [(tenant, f"{ss}:{ext}", now) for ss, ext in sorted(set(documents))],
             )
 
+    def consume_marker(self, tenant: str, sub: str, *, window: int, budget: int) -> int | None:
+        """Take one unit of ``sub``'s hidden-item marker budget in the fixed window number
+        ``window``: the markers shown to it in that window, this one included, or ``None``
+        when ``budget`` is spent (nothing is taken). One transaction, so processes sharing
+        the store share the budget; older windows of the principal are dropped."""
+        key = (tenant, sub, window)
+        with self._tx(tenant) as conn:
+            conn.execute(
+                "DELETE FROM marker_budget WHERE tenant_id = ? AND sub = ? AND window_start < ?",
+                key,
+            )
+            conn.execute(
+                "INSERT INTO marker_budget(tenant_id, sub, window_start, shown) "
+                "VALUES (?, ?, ?, 0) ON CONFLICT (tenant_id, sub, window_start) DO NOTHING",
+                key,
+            )
+            row = conn.execute(
+                "UPDATE marker_budget SET shown = shown + 1 WHERE tenant_id = ? AND sub = ? "
+                "AND window_start = ? AND shown < ? RETURNING shown",
+                (*key, budget),
+            ).fetchone()
+        return None if row is None else int(row[0])
+
     def curate(
         self, tenant: str, settings: CurationSettings | None = None, *, now: datetime | None = None
     ) -> CurationReport:

@@ -56,7 +56,7 @@ class SQLiteStore(SQLReads, SQLWrites, SQLSessions, SQLiteBase):
         scope: AccessScope,
         query: FloatArray,
         *,
-        restricted: bool,
+        acl: bool,
         doc_ids: Sequence[int] | None,
         limit: int,
     ) -> tuple[list[tuple[int, float]], bool]:
@@ -64,4 +64,4 @@ class SQLiteStore(SQLReads, SQLWrites, SQLSessions, SQLiteBase):
         index = self._vectors.get(scope.tenant)
         if index is None:
             return [], False
-        return index.search(query, **leg_args(scope, restricted, doc_ids, limit)), False
+        return index.search(query, **leg_args(scope, acl, doc_ids, limit)), False

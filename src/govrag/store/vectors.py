@@ -159,13 +159,17 @@ class VectorIndex:
             return []
         q = np.ascontiguousarray(query, dtype=np.float32)
         key = q.tobytes()
+        # einsum, not a BLAS product: BLAS kernels round a row's dot product differently
+        # depending on where the row sits in the matrix, so a score (and an order among
+        # near-ties) would depend on rows the caller cannot read. einsum sums every row
+        # alike: the same row gives the same score in any matrix.
         if self._memo is not None and self._memo[0] == key:
             scores = self._memo[1][rows]  # same query, same matrix: reuse the full product
         elif len(rows) * 8 < n:
             # Gathering rows costs several times a product row; it pays only when selective.
-            scores = self._vecs[rows] @ q
+            scores = np.einsum("ij,j->i", self._vecs[rows], q)
         else:
-            full = self._vecs[:n] @ q
+            full = np.einsum("ij,j->i", self._vecs[:n], q)
             self._memo = (key, full)
             scores = full[rows]
         k = min(limit, len(rows))
