@@ -200,3 +200,34 @@ def check_tiny_beir_figures(figures: dict[str, Any]) -> None:
         "dataset": "tiny", "strategy": "keyword", "queries": 2, "ndcg@10": 1.0, "mrr@10": 1.0,
     }  # fmt: skip
     assert {"recall@100", "p50_ms", "p95_ms"} <= set(figures)
+
+
+def tamper(store: Any, *statements: str) -> None:
+    """Run SQL as an attacker with write access to the database (not to the application):
+    a separate connection to the SQLite file, without its append-only triggers, or the
+    PostgreSQL superuser, which row-level security and grants do not stop."""
+    if store.backend == "sqlite":
+        import sqlite3
+
+        db = sqlite3.connect(store.path, isolation_level=None)
+        try:
+            db.execute("DROP TRIGGER IF EXISTS audit_events_no_update")
+            db.execute("DROP TRIGGER IF EXISTS audit_events_no_delete")
+            for statement in statements:
+                db.execute(statement)
+        finally:
+            db.close()
+    else:
+        import psycopg
+
+        with psycopg.connect(store.admin_url, autocommit=True) as conn:
+            for statement in statements:
+                conn.execute(statement)
+
+
+def drop_tenant_row(store: KnowledgeStore, tenant: str) -> list[str]:
+    """The statements deleting a tenant's row (on PostgreSQL, its directory entry too)."""
+    out = [f"DELETE FROM tenants WHERE tenant_id = '{tenant}'"]
+    if store.backend == "postgres":
+        out.append(f"DELETE FROM tenant_directory WHERE tenant_id = '{tenant}'")
+    return out

@@ -33,7 +33,9 @@ index_app = typer.Typer(
     help="Inspect and rebuild the derived search indexes.", no_args_is_help=True
 )
 app.add_typer(index_app, name="index")
-audit_app = typer.Typer(help="Check the hash-chained audit log.", no_args_is_help=True)
+audit_app = typer.Typer(
+    help="Check the hash-chained audit log against its signed checkpoints.", no_args_is_help=True
+)
 app.add_typer(audit_app, name="audit")
 config_app = typer.Typer(help="Check the deployment's routes, manifests, workflows and policies.")
 app.add_typer(config_app, name="config")
@@ -393,43 +395,9 @@ def config_check(deployment: DeploymentOpt = None, as_json: JsonOpt = False) -> 
         raise typer.Exit(2)
 
 
-@audit_app.command("verify")
-def audit_verify(
-    tenant: Annotated[str | None, typer.Option(help="Only this tenant.")] = None,
-    deployment: DeploymentOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Recompute every tenant's audit chain; exit 1 and name the first broken row if any."""
-
-    reports = _guard(lambda: _per_tenant(deployment, tenant, lambda s, t: s.verify_audit(t)))
-    if as_json:
-        _emit(
-            {
-                "ok": all(r.ok for r in reports),
-                "tenants": [
-                    {"tenant": r.tenant, "ok": r.ok, "events": r.events, "head_seq": r.head_seq,
-                     "head_hash": r.head_hash,
-                     "broken": None if r.ok else dict(zip(("seq", "event_id", "problem"),
-                                                          r.broken or (), strict=True))}
-                    for r in reports
-                ],
-            }
-        )  # fmt: skip
-    else:
-        for r in reports:
-            if r.broken is None:
-                err.print(f"tenant {r.tenant}: {r.events} events, chain intact; head "
-                          f"{r.head_seq} {r.head_hash}")  # fmt: skip
-            else:
-                seq, event_id, problem = r.broken
-                err.print(f"tenant {r.tenant}: BROKEN at event {seq} ({event_id}): {problem}",
-                          style="red")  # fmt: skip
-    if not all(r.ok for r in reports):
-        raise typer.Exit(1)
-
-
 # Commands of the agentic app live in their own module; importing it registers them.
 from govrag import cli_agent as _cli_agent  # noqa: E402, F401
+from govrag import cli_audit as _cli_audit  # noqa: E402, F401
 from govrag import cli_curate as _cli_curate  # noqa: E402, F401
 from govrag import cli_ingest as _cli_ingest  # noqa: E402, F401
 

@@ -26,11 +26,12 @@ from rich.markup import escape
 from rich.panel import Panel
 
 from govrag.agent.answer import Answer
+from govrag.audit.keys import generate_key
 from govrag.cli_agent import print_replay
 from govrag.deployment import Deployment
 from govrag.embed import semantic_available
 from govrag.harvest.ingest import ingest_jsonl
-from govrag.settings import CONFIG_FILE
+from govrag.settings import CONFIG_FILE, AuditSettings
 
 TENANT = "bank-eu"
 #: What ``list_corpora`` tells the model about each corpus (the model picks corpora by it).
@@ -75,6 +76,9 @@ def create(directory: Path, embedder: str | None = None) -> bool:
             else:
                 shutil.copy2(path, directory / name)
     (directory / CONFIG_FILE).write_text(_toml(chosen))
+    key = directory / AuditSettings().signing_key  # signs the audit log's checkpoints
+    if not key.exists():
+        generate_key(key)
     return True
 
 

@@ -17,6 +17,10 @@ from govrag.agent import GovernedSearch
 from govrag.agent.extractive import ExtractiveResponder
 from govrag.agent.llm import LlmClient
 from govrag.agent.orchestrator import Orchestrator
+from govrag.audit.anchor import AuditVerification, CheckpointRun, checkpoint_now, verify_anchored
+from govrag.audit.auto import Checkpointer
+from govrag.audit.checkpoint import CheckpointDir
+from govrag.audit.keys import generate_key, load_signing_key, verifying_key
 from govrag.embed import get_embedder
 from govrag.embed.base import Embedder
 from govrag.errors import ConfigError, MissingExtraError, NotFoundError, describe_validation
@@ -31,6 +35,7 @@ from govrag.routes.session import Sessions
 from govrag.settings import (
     CONFIG_FILE,
     PRINCIPALS_FILE,
+    AuditSettings,
     RightsCheckerSettings,
     Settings,
     load_settings,
@@ -102,6 +107,8 @@ class Deployment:
     @cached_property
     def store(self) -> KnowledgeStore:
         store = open_store(self.settings, self.embedder)
+        # Every committed audit event may be due for a signed checkpoint (after its commit).
+        store.observe_audit(self.checkpointer.observe)
         for corpus_id, corpus in self.settings.corpora.items():
             if corpus.description:
                 store.describe_corpus(self.settings.default_tenant, corpus_id, corpus.description)
@@ -248,6 +255,45 @@ class Deployment:
             claim_min_overlap=self.settings.validation.claim_min_overlap,
         )
 
+    @property
+    def checkpoints(self) -> CheckpointDir:
+        """The audit anchor's checkpoint history (``[audit] checkpoint_dir``)."""
+        return CheckpointDir(self.settings.resolve_path(self.settings.audit.checkpoint_dir))
+
+    @cached_property
+    def checkpointer(self) -> Checkpointer:
+        """The automatic checkpoints: every N events or T seconds of each tenant."""
+        a = self.settings.audit
+        return Checkpointer(self.checkpoints, self.settings.resolve_path(a.signing_key),
+                            every_events=a.checkpoint_every_events,
+                            every_seconds=a.checkpoint_every_seconds)  # fmt: skip
+
+    def verify_audit(self, tenant: str | None = None) -> AuditVerification:
+        """Every tenant's audit chain (or one tenant's) checked against its signed
+        checkpoints; a missing or invalid key is a :class:`ConfigError` (fail closed)."""
+        a = self.settings.audit
+        public = verifying_key(
+            self.settings.resolve_path(a.signing_key),
+            self.settings.resolve_path(a.verify_key) if a.verify_key else None,
+        )
+        return verify_anchored(self.store, self.checkpoints, public, tenant=tenant,
+                               every_events=a.checkpoint_every_events,
+                               every_seconds=a.checkpoint_every_seconds)  # fmt: skip
+
+    def checkpoint_audit(self, tenant: str | None = None, *, adopt: bool = False) -> CheckpointRun:
+        """Sign the current head of every tenant whose chain verifies (``govrag audit
+        checkpoint``)."""
+        a = self.settings.audit
+        key = load_signing_key(self.settings.resolve_path(a.signing_key))
+        return checkpoint_now(self.store, self.checkpoints, key, tenant=tenant, adopt=adopt,
+                              every_events=a.checkpoint_every_events,
+                              every_seconds=a.checkpoint_every_seconds)  # fmt: skip
+
+    def create_audit_key(self) -> tuple[Path, str]:
+        """Create the signing key ``[audit] signing_key`` names; returns its path and id."""
+        path = self.settings.resolve_path(self.settings.audit.signing_key)
+        return path, generate_key(path)
+
     def unrouted_corpora(self, tenant: str) -> list[str]:
         """Corpora of ``tenant`` that no route may search (so every retrieve of them is
         denied); empty when the deployment's config does not load."""
@@ -365,7 +411,8 @@ def scaffold(
     force: bool = False,
 ) -> list[Path]:
     """Write a starter deployment: ``govrag.toml``, ``principals.json``, one tool route over
-    ``corpora`` (``routes/search.json``) and its manifest. Never overwrites without force."""
+    ``corpora`` (``routes/search.json``), its manifest and the audit signing key. Never
+    overwrites without force, and never replaces an existing signing key."""
     directory.mkdir(parents=True, exist_ok=True)
     config = directory / CONFIG_FILE
     principals = directory / PRINCIPALS_FILE
@@ -424,6 +471,14 @@ max_text_bytes = 2000000
 bundle = "pgar.retrieval.corpus"   # built-in: needs "<corpus>:read" in doc_entitlements
 timeout_s = 2.0
 
+[audit]
+# Signed checkpoints of each tenant's audit chain head, outside the database (docs/audit.md).
+checkpoint_dir = "audit-checkpoints"   # better: storage the database's admins cannot write
+signing_key = "keys/audit-signing-key.pem"   # Ed25519, mode 0600; written by govrag init
+# verify_key = "keys/audit-signing-key.pub"   # an examiner's copy of the public key
+checkpoint_every_events = 1000   # a checkpoint after this many events of a tenant ...
+checkpoint_every_seconds = 30.0   # ... or at its first event this long after the last one
+
 # Describe corpora for the model (shown by list_corpora) and classify them as a whole:
 # [corpora.policy-engine]
 # description = "Bank policies: limits, approvals, controls"
@@ -450,4 +505,9 @@ timeout_s = 2.0
         + "\n",
         encoding="utf-8",
     )
-    return [config, principals, route, manifest]
+    written = [config, principals, route, manifest]
+    key = directory / AuditSettings().signing_key
+    if not key.exists():
+        generate_key(key)
+        written.append(key)
+    return written

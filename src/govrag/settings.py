@@ -288,6 +288,26 @@ class WritebackSettings(_Section):
     allowed_agents: list[str] = []
 
 
+class AuditSettings(_Section):
+    """The audit log's anchor outside the database: signed checkpoints of each tenant's chain
+    head (docs/audit.md). Paths are relative to the deployment directory."""
+
+    #: Where checkpoints are written: one folder per tenant, an append-only history of files.
+    #: Put it where the database's administrators cannot write (another host, WORM storage).
+    checkpoint_dir: str = "audit-checkpoints"
+    #: The Ed25519 private key (PEM) that signs checkpoints; ``govrag init`` and
+    #: ``govrag audit keygen`` create it (mode 0600). It must never be in the database.
+    signing_key: str = "keys/audit-signing-key.pem"
+    #: A public key (PEM) ``govrag audit verify`` checks signatures with, for an examiner who
+    #: does not hold the signing key. Default: the signing key's own public half; when both
+    #: are readable they must match.
+    verify_key: str | None = None
+    #: A tenant's checkpoint is written after this many events since its last one ...
+    checkpoint_every_events: int = Field(default=1000, ge=1, le=1_000_000_000)
+    #: ... or at its first event more than this many seconds after its last one.
+    checkpoint_every_seconds: float = Field(default=30.0, gt=0.0, le=31_536_000.0)
+
+
 class Settings(BaseSettings):
     """Every setting of a deployment. Build it with :func:`load_settings`."""
 
@@ -312,6 +332,7 @@ class Settings(BaseSettings):
     writeback: WritebackSettings = WritebackSettings()
     sources: dict[str, SourceSettings] = {}
     curation: CurationSettings = CurationSettings()
+    audit: AuditSettings = AuditSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from govrag.errors import InputError, StoreError
-from govrag.store.audit import GENESIS
+from govrag.store.audit import GENESIS, NO_TENANT_ROW, AuditEvent
 from govrag.store.protocol import KnowledgeStore
 
-from conftest import StoreFactory, doc, ident, load
+from conftest import StoreFactory, doc, drop_tenant_row, ident, load, tamper
 
 
 def append(store: KnowledgeStore, n: int, tenant: str = "t1", request: str = "r1") -> None:
@@ -143,3 +143,43 @@ def test_a_session_and_its_pinning_event_commit_together(store: KnowledgeStore) 
         store.create_session("t1", "ses-1", **{**pin, "route_id": "other"})
     assert [e.kind for e in store.audit_events("t1")] == ["pep_decision", "route_pinned"]
     assert store.get_session("t1", "ses-1") == row and store.verify_audit("t1").ok
+
+
+def test_every_tenant_of_the_log_is_listed_even_without_its_row(store: KnowledgeStore) -> None:
+    """``audit verify`` must find a chain whose tenant row was deleted and events written
+    under a tenant nobody created; listing tenant rows alone finds neither."""
+    append(store, 2, tenant="t1")
+    append(store, 1, tenant="t2")
+    store.put_identity("t3", "ana@x.example", "sp", "A")  # a tenant row, no events
+    tamper(
+        store,
+        *drop_tenant_row(store, "t2"),
+        "INSERT INTO audit_events SELECT 'ghost', seq, event_id, request_id, session_id, kind, "
+        "payload, created_at, prev_hash, hash FROM audit_events WHERE tenant_id = 't1'",
+    )
+    assert "t2" not in store.tenants() and "ghost" not in store.tenants()
+    assert store.audit_tenants() == ["ghost", "t1", "t2", "t3"]
+    chain = store.audit_chain("t2")
+    assert chain.head is None and len(chain.events) == 1
+    report = store.verify_audit("t2")
+    assert not report.ok and not report.tenant_row and report.broken is not None
+    assert report.broken[2] == NO_TENANT_ROW
+    assert store.verify_audit("ghost").broken is not None  # its hashes name tenant t1
+    assert store.verify_audit("t3").ok and store.audit_chain("t3").head == (0, "")
+
+
+def test_observers_hear_each_committed_event_and_cannot_lose_one(store: KnowledgeStore) -> None:
+    heard: list[AuditEvent] = []
+    store.observe_audit(heard.append)
+
+    def broken(event: AuditEvent) -> None:
+        raise OSError("the checkpoint directory is gone")
+
+    store.observe_audit(broken)
+    event = store.append_audit("t1", "pep_decision", {}, request_id="r", session_id="s")
+    _, pinned = store.create_session("t1", "ses-1", sub="ana", route_id="qa",
+                                     retrieval_json="{}", route_table_version="v",
+                                     request_id="r")  # fmt: skip
+    assert heard == [event, pinned]
+    assert [e.event_id for e in store.audit_events("t1")] == [event.event_id, pinned.event_id]
+    assert store.verify_audit("t1").ok

@@ -9,8 +9,12 @@ each audit commit is synchronous (FULL), on PostgreSQL ``synchronous_commit`` is
 committed event survives power loss.
 
 Tamper-evident, not tamper-proof: someone able to rewrite the whole table and the head can
-forge a consistent chain; anchor the head (``govrag audit verify`` prints it) outside the
-database to detect that too.
+forge a consistent chain (cut its end and rewind the head, wipe it, drop the tenant row). The
+anchor outside the database (``govrag.audit.checkpoint``: signed checkpoints of each head)
+detects that; this module gives it what it needs: every tenant with a tenant row *or* events
+(:meth:`SQLAudit.audit_tenants`), a chain and its head read in one snapshot
+(:meth:`SQLAudit.audit_chain`), and observers told of each committed event
+(:meth:`SQLAudit.observe_audit`), which is where the automatic checkpoints hook in.
 """
 
 from __future__ import annotations
@@ -18,13 +22,13 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from govrag.store.dialect import Conn
 from govrag.store.schema import now_iso
-from govrag.store.sql_base import SQLBase
+from govrag.store.sql_base import SQLBase, log
 
 #: ``prev_hash`` of a chain's first event.
 GENESIS = "0" * 64
@@ -80,14 +84,32 @@ class ChainReport:
     head_hash: str
     #: ``(seq, event_id, what is wrong)`` of the first broken link; None when intact.
     broken: tuple[int, str, str] | None = None
+    #: Whether the tenant row (which records the chain's head) exists.
+    tenant_row: bool = True
 
     @property
     def ok(self) -> bool:
         return self.broken is None
 
 
-def verify_chain(tenant: str, events: Sequence[AuditEvent], head: tuple[int, str]) -> ChainReport:
-    """Recompute the chain of ``events`` (in stored order) against the recorded ``head``."""
+#: ``broken`` problem text when events exist but no tenant row records their head.
+NO_TENANT_ROW = "the tenant row recording the chain's head is missing (deleted)"
+
+
+def verify_chain(
+    tenant: str, events: Sequence[AuditEvent], head: tuple[int, str] | None
+) -> ChainReport:
+    """Recompute the chain of ``events`` (in stored order) against the recorded ``head``
+    (None: there is no tenant row, which is a break as soon as the chain has an event)."""
+    if head is None:
+        if not events:
+            return ChainReport(tenant, 0, 0, "", tenant_row=False)
+        last = events[-1]
+        # The links are checked as usual (against the last event as head); a first broken
+        # link is reported before the missing row.
+        links = verify_chain(tenant, events, (last.seq, last.hash))
+        broken = links.broken or (last.seq, last.event_id, NO_TENANT_ROW)
+        return ChainReport(tenant, len(events), 0, "", broken, tenant_row=False)
     prev = GENESIS
     for expected_seq, event in enumerate(events, start=1):
         problem = None
@@ -117,13 +139,59 @@ def verify_chain(tenant: str, events: Sequence[AuditEvent], head: tuple[int, str
     return ChainReport(tenant, len(events), *head)
 
 
+@dataclass(frozen=True)
+class AuditChain:
+    """A tenant's events and recorded head, read in one snapshot."""
+
+    tenant: str
+    events: tuple[AuditEvent, ...]
+    #: ``(audit_seq, audit_head)`` of the tenant row; None when there is no tenant row.
+    head: tuple[int, str] | None
+
+    def verify(self) -> ChainReport:
+        return verify_chain(self.tenant, self.events, self.head)
+
+
+#: Told of each committed event, after its commit (never inside the transaction).
+AuditObserver = Callable[[AuditEvent], None]
+
 _COLUMNS = (
     "tenant_id, seq, event_id, request_id, session_id, kind, payload, created_at, prev_hash, hash"
 )
 
+#: The distinct tenant ids of the audit log, one index seek each (a loose index scan), so
+#: listing them costs the number of tenants, not the number of events.
+_EVENT_TENANTS = """
+WITH RECURSIVE t(id) AS (
+    SELECT MIN(tenant_id) FROM audit_events
+    UNION ALL
+    SELECT (SELECT MIN(tenant_id) FROM audit_events WHERE tenant_id > t.id)
+    FROM t WHERE t.id IS NOT NULL
+)
+SELECT id FROM t WHERE id IS NOT NULL
+"""
+
 
 class SQLAudit(SQLBase):
     """Audit events in the truth store (the same SQL on every backend)."""
+
+    #: Replaced (never mutated) by :meth:`observe_audit`, so iterating it needs no lock.
+    _audit_observers: tuple[AuditObserver, ...] = ()
+
+    def observe_audit(self, observer: AuditObserver) -> None:
+        """Call ``observer(event)`` after each audit event this handle commits. An observer
+        that raises is logged; the committed event stands."""
+        self._audit_observers = (*self._audit_observers, observer)
+
+    def _announce(self, event: AuditEvent) -> None:
+        for observer in self._audit_observers:
+            try:
+                observer(event)
+            except Exception:
+                log.exception(
+                    "an audit observer failed after event %d (%s) of tenant %r was committed; "
+                    "the event stands", event.seq, event.event_id, event.tenant,
+                )  # fmt: skip
 
     def append_audit(
         self,
@@ -138,7 +206,9 @@ class SQLAudit(SQLBase):
         in which case nothing was written."""
         with self._audit_tx(tenant) as conn:
             self._ensure_tenant(conn, tenant)
-            return self._append_event(conn, tenant, kind, payload, request_id, session_id)
+            event = self._append_event(conn, tenant, kind, payload, request_id, session_id)
+        self._announce(event)
+        return event
 
     def _append_event(
         self,
@@ -188,8 +258,8 @@ class SQLAudit(SQLBase):
         )
         return [AuditEvent(r[0], int(r[1]), *r[2:]) for r in rows]
 
-    def verify_audit(self, tenant: str) -> ChainReport:
-        """Recompute the tenant's chain from the stored events and head."""
+    def audit_chain(self, tenant: str) -> AuditChain:
+        """The tenant's events and its tenant row's head, from one snapshot."""
         with self._tx(tenant, read=True) as conn:
             head = conn.execute(
                 "SELECT audit_seq, audit_head FROM tenants WHERE tenant_id = ?", (tenant,)
@@ -198,5 +268,16 @@ class SQLAudit(SQLBase):
                 f"SELECT {_COLUMNS} FROM audit_events WHERE tenant_id = ? ORDER BY seq",
                 (tenant,),
             ).fetchall()
-        events = [AuditEvent(r[0], int(r[1]), *r[2:]) for r in rows]
-        return verify_chain(tenant, events, (int(head[0]), head[1]) if head else (0, ""))
+        events = tuple(AuditEvent(r[0], int(r[1]), *r[2:]) for r in rows)
+        return AuditChain(tenant, events, (int(head[0]), head[1]) if head else None)
+
+    def verify_audit(self, tenant: str) -> ChainReport:
+        """Recompute the tenant's chain from the stored events and head."""
+        return self.audit_chain(tenant).verify()
+
+    def audit_tenants(self) -> list[str]:
+        """Every tenant with a tenant row or with audit events: a chain whose tenant row was
+        deleted, or events written under a tenant nobody created, are listed too."""
+        with self._audit_directory_tx() as conn:
+            rows = conn.execute(_EVENT_TENANTS).fetchall()
+        return sorted({str(r[0]) for r in rows} | set(self.tenants()))

@@ -18,7 +18,12 @@ from typing import Any
 
 from govrag.errors import MissingExtraError, StoreError
 from govrag.store.dialect import POSTGRES, Conn, Cursor, to_pyformat
-from govrag.store.pg_schema import TENANT_SETTING, ensure_vector_index, migrate
+from govrag.store.pg_schema import (
+    AUDIT_DIRECTORY_SETTING,
+    TENANT_SETTING,
+    ensure_vector_index,
+    migrate,
+)
 from govrag.store.schema import now_iso
 from govrag.store.sql_base import SQLBase, log
 
@@ -179,6 +184,12 @@ class PgBase(SQLBase):
     def _forget_tenant(self, conn: Conn, tenant: str) -> None:
         super()._forget_tenant(conn, tenant)
         conn.execute("DELETE FROM tenant_directory WHERE tenant_id = ?", (tenant,))
+
+    @contextmanager
+    def _audit_directory_tx(self) -> Iterator[Conn]:
+        with self._tx("", read=True) as conn:
+            conn.execute("SELECT set_config(?, 'on', true)", (AUDIT_DIRECTORY_SETTING,))
+            yield conn
 
     @contextmanager
     def _audit_tx(self, tenant: str) -> Iterator[Conn]:

@@ -16,7 +16,9 @@ that matter for scale-out:
   tenant row's lock, so entries become visible in sequence order: a reader that has applied
   up to N never misses an N-1 committed later (which a shared sequence would allow).
 - ``tenant_directory`` lists tenant ids and nothing else; it is the one table outside the
-  tenant policies, so an operator's "every tenant" commands can enumerate them.
+  tenant policies, so an operator's "every tenant" commands can enumerate them. The audit
+  log's tenants are listed under a read-only policy of their own (migration 7), so events
+  whose tenant is in no directory are found too.
 - Text columns use the "C" collation: comparisons and ordering are by code point, as in
   SQLite, so filters and listings agree across backends.
 
@@ -41,6 +43,10 @@ TENANT_SETTING = "govrag.tenant"
 READER_SETTING = "govrag.reader"
 #: The token every vector row holds; ``govrag.reader`` unset means this one (every row).
 ALL_READERS = "\x1e"
+#: The transaction setting under which audit events of every tenant are readable (migration
+#: 7): ``govrag audit verify`` lists every tenant holding events, one whose tenant row is gone
+#: included, which the tenant policy alone would hide.
+AUDIT_DIRECTORY_SETTING = "govrag.audit_directory"
 
 #: Tables holding tenant data in migration 2 (frozen: a released migration never changes).
 _V2_TENANT_TABLES = (
@@ -438,6 +444,16 @@ CREATE UNIQUE INDEX identities_by_account ON identities(tenant_id, source_system
     (6, "access columns on vectors", _V6_VECTOR_ACCESS),
     (
         7,
+        "audit directory",
+        # Read-only and only inside a transaction that sets the setting (the store does so
+        # to list the tenants of the audit log); writes still need the tenant policy. The
+        # application role can name any tenant in govrag.tenant anyway, so this widens
+        # nothing it could not read before; it only lets a tenant it does not know be found.
+        f"CREATE POLICY audit_directory ON audit_events FOR SELECT "
+        f"USING (current_setting('{AUDIT_DIRECTORY_SETTING}', true) = 'on')",
+    ),
+    (
+        8,
         "hidden-item marker budget",
         """
 CREATE TABLE marker_budget (

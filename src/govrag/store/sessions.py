@@ -59,6 +59,7 @@ class SQLSessions(SQLAudit):
             pinned = {"sub": sub, "route_id": route_id, "retrieval": json.loads(retrieval_json),
                       "route_table_version": route_table_version}  # fmt: skip
             event = self._append_event(conn, tenant, "route_pinned", pinned, request_id, session_id)
+        self._announce(event)
         return row, event
 
     def get_session(self, tenant: str, session_id: str) -> SessionRow | None:

@@ -58,6 +58,10 @@ class SQLBase:
         """A write transaction whose commit is durable when it returns (audit events)."""
         return self._tx(tenant)
 
+    def _audit_directory_tx(self) -> AbstractContextManager[Conn]:
+        """A read transaction that sees every tenant's audit events (to list their tenants)."""
+        return self._tx("", read=True)
+
     def _pin_reads(self, tenant: str) -> AbstractContextManager[None]:
         """Hook: serve the enclosed reads of ``tenant`` from one transaction, when that is
         cheaper than one each (a networked database)."""

@@ -1,0 +1,109 @@
+"""``govrag audit verify | checkpoint | keygen``: the audit log and its anchor outside the
+database (signed checkpoints, ``docs/audit.md``). Thin: the use cases are Deployment's."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from govrag.cli import DeploymentOpt, JsonOpt, _deployment, _emit, _guard, audit_app, err
+
+if TYPE_CHECKING:
+    from govrag.audit.anchor import AuditVerification, CheckpointRun, TenantAudit
+
+TenantOpt = Annotated[str | None, typer.Option(help="Only this tenant.")]
+
+
+def _anchor_line(t: TenantAudit) -> str:
+    cp = t.checkpoint
+    if cp is None:
+        return f"tenant {t.chain.tenant}: no checkpoint"
+    behind = max(0, t.chain.events - cp.head_seq)
+    age = t.checkpoint_age_s or 0.0
+    return (f"tenant {t.chain.tenant}: checkpoint at event {cp.head_seq} ({age:.0f} s old, "
+            f"{behind} events behind the head, {t.checkpoints} in its history)")  # fmt: skip
+
+
+@audit_app.command("verify")
+def audit_verify(tenant: TenantOpt = None, deployment: DeploymentOpt = None,
+                 as_json: JsonOpt = False) -> None:  # fmt: skip
+    """Recompute every tenant's chain and compare it with its signed checkpoints; exit 1
+    and name each finding (a broken row, a cut or wiped log, a dropped tenant, events
+    under an unknown tenant, a forged checkpoint)."""
+
+    def run() -> AuditVerification:
+        with _deployment(deployment) as dep:
+            return dep.verify_audit(tenant)
+
+    report = _guard(run)
+    if as_json:
+        _emit(report.as_dict())
+    else:
+        for t in report.tenants:
+            r = t.chain
+            if r.broken is None:
+                err.print(f"tenant {r.tenant}: {r.events} events, chain intact; head "
+                          f"{r.head_seq} {r.head_hash}", highlight=False)  # fmt: skip
+            else:
+                seq, event_id, problem = r.broken
+                err.print(f"tenant {r.tenant}: BROKEN at event {seq} ({event_id}): {problem}",
+                          style="red", highlight=False)  # fmt: skip
+            err.print(_anchor_line(t), highlight=False)
+        for f in report.findings:
+            err.print(f.message, style="red", highlight=False)
+        for t in report.tenants:
+            for w in t.warnings:
+                err.print(f"warning: {w}", style="yellow", highlight=False)
+        if report.ok:
+            err.print(f"ok: every chain reaches its checkpoints ({report.key_id})",
+                      highlight=False)  # fmt: skip
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@audit_app.command("checkpoint")
+def audit_checkpoint(
+    tenant: TenantOpt = None,
+    adopt: Annotated[
+        bool,
+        typer.Option(help="Also sign tenants that have no checkpoint yet (check them first)."),
+    ] = False,
+    deployment: DeploymentOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Sign each tenant's current chain head into the checkpoint directory. A chain that
+    does not verify against its checkpoints is refused (exit 1), never signed."""
+
+    def run() -> CheckpointRun:
+        with _deployment(deployment) as dep:
+            return dep.checkpoint_audit(tenant, adopt=adopt)
+
+    result = _guard(run)
+    if as_json:
+        _emit(result.as_dict())
+    else:
+        for cp, path in result.written:
+            err.print(f"tenant {cp.tenant}: signed event {cp.head_seq} ({cp.head_event_id}) "
+                      f"-> {path}", highlight=False)  # fmt: skip
+        for _, why in result.refused:
+            err.print(f"refused: {why}", style="red", highlight=False)
+        if not result.written and not result.refused:
+            err.print("no tenant has audit events; nothing to sign")
+    if result.refused:
+        raise typer.Exit(1)
+
+
+@audit_app.command("keygen")
+def audit_keygen(deployment: DeploymentOpt = None) -> None:
+    """Create the Ed25519 key that signs checkpoints, at ``[audit] signing_key`` (mode
+    0600, with its public key beside it); an existing key is never replaced."""
+
+    def run() -> tuple[str, str]:
+        with _deployment(deployment) as dep:
+            path, kid = dep.create_audit_key()
+            return str(path), kid
+
+    path, kid = _guard(run)
+    err.print(f"wrote {path} ({kid}); keep it out of the database's reach and back it up",
+              highlight=False)  # fmt: skip
