@@ -377,7 +377,8 @@ HOSTILE_SIDECARS: dict[str, tuple[bytes, str]] = {
 HOSTILE_FRONT: dict[str, tuple[str, str]] = {
     "bidi-acl": ("acl: [S-1\u202e]", "front matter: field 'acl': 'S-1\\u202e' contains U+202E"),
     "bad-time": ("updated_at: yesterday", "field 'updated_at'"),
-    "bigint": ("n: " + "9" * 30, "value 'n': the integer 999999999999... is beyond 64 bits"),
+    "bigint": ("n: " + "9" * 20, "value 'n': the integer 999999999999... is beyond 64 bits"),
+    "hugenumber": ("n: " + "9" * 5000, "front matter line 2: the number 999999999999... has 5000"),
     "repeated": ("acl: [S-1]\nacl: ['*']", "front matter line 3: key 'acl' appears twice"),
     "surrogate": ("title: x\udc80", "not valid UTF-8"),
 }
