@@ -11,12 +11,15 @@ unbind (nor, by listing and then dropping it, remove) a binding another source m
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import govrag.harvest.filesystem as fs_module
 from govrag.errors import ConfigError
+from govrag.harvest.access import FileRule, Rights
 from govrag.harvest.connector import ConnectorKind, HarvestReport, SourceSpec
 from govrag.harvest.filesystem import FilesystemConnector
 from govrag.harvest.harvester import harvest
@@ -111,6 +114,28 @@ def test_front_matter_cannot_widen_the_acl(store: KnowledgeStore, tree: Path) ->
     narrowed = run(store, tree)
     assert readers(store, "risk/memo.md") == {"ana"}
     assert "entries ['S-2'] are not in the ACL" in narrowed.warnings[0]
+
+
+def test_an_upgrade_narrows_what_front_matter_widened_before(
+    store: KnowledgeStore, tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file stored while front matter could still widen is narrowed on the next run, though
+    the file itself did not change (the extraction version is part of every rights key)."""
+
+    def overriding(base: Rights, front: FileRule, **kw: Any) -> tuple[Rights, list[str]]:
+        merged = base.merged(front)  # the old rule: front matter overrides the sidecars
+        return replace(merged, classification=merged.classification or kw["classification"],
+                       corpus=merged.corpus or kw["corpus"]), []  # fmt: skip
+
+    put(tree, "risk/memo.md", "---\nacl: ['*']\n---\nquarterly counterparty limits")
+    with monkeypatch.context() as old:
+        old.setattr(fs_module, "EXTRACT_VERSION", 1)
+        old.setattr(fs_module, "narrow", overriding)
+        run(store, tree)
+    assert readers(store, "risk/memo.md") == set(PEOPLE)
+    report = run(store, tree)
+    assert (report.updated, report.errors) == (1, 0)
+    assert readers(store, "risk/memo.md") == {"ana", "ben"}
 
 
 def test_front_matter_alone_grants_nothing(store: KnowledgeStore, tmp_path: Path) -> None:
