@@ -131,6 +131,8 @@ def validation_problems(exc: Exception) -> list[tuple[str, str]]:
             msg = "unknown field; remove it or check its spelling"
         elif kind == "missing":
             msg = "is required"
+        elif kind == "string_unicode":
+            msg = "holds an unpaired surrogate (a lone \\ud800-\\udfff escape); fix the text"
         elif kind == "literal_error":
             msg = f"{err.get('input')!r} is not allowed; {msg[0].lower()}{msg[1:]}"
         out.append((loc, msg))

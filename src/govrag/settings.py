@@ -21,7 +21,7 @@ from pydantic_settings import (
 )
 
 from govrag.errors import ConfigError, describe_validation
-from govrag.types import Classification, Strategy
+from govrag.types import Classification, Strategy, check_source_system, reserved_source_system
 
 CONFIG_FILE = "govrag.toml"
 PRINCIPALS_FILE = "principals.json"
@@ -258,11 +258,20 @@ class SourceSettings(_Section):
     classification: Classification = Classification.INTERNAL
     #: The tenant its documents land in (default: ``default_tenant``).
     tenant: str | None = None
+    #: Filesystem: whether a file's front matter may put it in another corpus than its
+    #: folder's. Off: whoever may edit a file could otherwise move it into a corpus that
+    #: other routes and policies expose, so such a file is refused with an error.
+    allow_front_matter_corpus: bool = False
 
     @field_validator("classification", mode="before")
     @classmethod
     def _parse(cls, value: object) -> Classification:
         return Classification.parse(value)
+
+    @field_validator("source_system")
+    @classmethod
+    def _not_reserved(cls, value: str | None) -> str | None:
+        return None if value is None else check_source_system(value)
 
 
 class CurationSettings(_Section):
@@ -333,6 +342,18 @@ class Settings(BaseSettings):
     sources: dict[str, SourceSettings] = {}
     curation: CurationSettings = CurationSettings()
     audit: AuditSettings = AuditSettings()
+
+    @field_validator("sources")
+    @classmethod
+    def _source_names(cls, value: dict[str, SourceSettings]) -> dict[str, SourceSettings]:
+        for name, cfg in value.items():
+            if cfg.source_system is None and reserved_source_system(name) is not None:
+                raise ValueError(
+                    f"[sources.{name}] sets no source_system, so it would be its name {name!r}, "
+                    "which govrag reserves; set source_system to the system the documents "
+                    "come from"
+                )
+        return value
 
     @classmethod
     def settings_customise_sources(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from enum import IntEnum, StrEnum
 from typing import Annotated, Literal
 
@@ -51,6 +52,30 @@ class QueryExpansion(StrEnum):
 
 #: ``source_system`` of write-back overlay evidence in hits, packs, citations and replay.
 WRITEBACK_SOURCE = "writeback"
+#: Source-system names govrag uses itself, refused as a ``source_system`` at ingest (records,
+#: configured sources, the filesystem connector): stored evidence can then never pass for
+#: the overlay's (``writeback``) or for the store's "everyone" ACL row (``*``).
+RESERVED_SOURCE_SYSTEMS = frozenset({WRITEBACK_SOURCE, "*"})
+
+
+def reserved_source_system(name: str) -> str | None:
+    """The reserved name ``name`` stands for (compared after NFKC and casefolding, so
+    ``WriteBack`` or a full-width spelling is the same name), else ``None``."""
+    folded = unicodedata.normalize("NFKC", name).casefold().strip()
+    return folded if folded in RESERVED_SOURCE_SYSTEMS else None
+
+
+def check_source_system(name: str) -> str:
+    """``name``, or :class:`ValueError` naming the reserved name and the fix."""
+    reserved = reserved_source_system(name)
+    if reserved is not None:
+        raise ValueError(
+            f"source_system {name!r} is reserved by govrag ({reserved!r} marks "
+            + ("write-back overlay evidence" if reserved == WRITEBACK_SOURCE
+               else "the store's everyone row")
+            + "); name the source system that holds the documents instead"
+        )  # fmt: skip
+    return name
 
 
 class Frozen(BaseModel):

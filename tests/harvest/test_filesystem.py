@@ -34,7 +34,7 @@ IDENTITIES = "\n".join(
 )
 WIRE_MD = """---
 title: Wire limits
-acl: [S-2]   # front matter beats the folder's rule
+acl: [S-2]   # front matter narrows the folder's rule (never widens it)
 tags: [wire, limits]
 doc_type: policy
 ---
@@ -57,7 +57,7 @@ def build(root: Path) -> None:
         root,
         "policies/_access.json",
         {
-            "acl": ["G-risk"],
+            "acl": ["G-risk", "S-2"],
             "classification": "confidential",
             "files": {"public.txt": {"acl": ["*"], "classification": "public"}},
         },
@@ -142,13 +142,13 @@ def test_the_store_follows_the_tree(
             "handbook.txt": {"cat"},
             "policies/wire.md": {"ben"},
             "policies/public.txt": set(PEOPLE),
-            "policies/limits.pdf": {"ana"},
-            "policies/deep/note.html": {"ana"},
+            "policies/limits.pdf": {"ana", "ben"},
+            "policies/deep/note.html": {"ana", "ben"},
             "notes/open.txt": {"cat"},
         },
     )
     assert found(sqlite_store, "ana", "counterparty reviewed yearly") == ["policies/limits.pdf"]
-    assert found(sqlite_store, "ben", "counterparty reviewed yearly") == []
+    assert found(sqlite_store, "cat", "counterparty reviewed yearly") == []
     embedded_first = len(emb.texts)
     assert embedded_first == 6
 
@@ -204,19 +204,25 @@ def test_the_store_follows_the_tree(
     assert files["notes/note.html"].external_id == "policies/deep/note.html"
     assert "handbook.txt" not in files and files["policies/public.txt"].mtime_ns == 1
 
-    # A sidecar's change re-emits the files under it, without re-embedding them.
+    # A sidecar's change re-emits the files under it, without re-embedding them; the front
+    # matter of wire.md still only narrows the new ACL (S-2 is no longer in it).
     write(tree, "policies/_access.json", {"acl": ["S-4"], "classification": "confidential"})
     fourth = run(sqlite_store, tree, state, emb)
     assert fourth.errors == 0 and len(emb.texts) == embedded_first + 1
-    assert (fourth.updated, fourth.unchanged) == (2, 3)  # limits.pdf, public.txt; the rest
+    assert (fourth.updated, fourth.unchanged) == (3, 2)  # limits.pdf, public.txt, wire.md
     expect_readers(
         sqlite_store,
         {
             "policies/limits.pdf": {"dan"},
             "policies/public.txt": {"dan"},
-            "policies/wire.md": {"ben"},
+            "policies/wire.md": set(),
         },
     )
+    assert fourth.warnings == [
+        f"{tree / 'policies/wire.md'}: front matter 'acl' entries ['S-2'] are not in the ACL "
+        "its _access.json grants (['S-4']): front matter can only narrow that ACL, so they "
+        "grant nothing beyond it; grant them in _access.json"
+    ]
 
 
 class FailingStore:
@@ -376,17 +382,20 @@ def test_a_file_without_rights_has_no_readers(sqlite_store: SQLiteStore, tmp_pat
     root = tmp_path / "docs"
     write(root, "_identities.jsonl", IDENTITIES)
     orphan = write(root, "orphan.md", "# Orphan\n\nquarterly orphan report")
-    write(root, "open.md", "---\nacl: ['*']\n---\nquarterly open report")
+    # Front matter alone grants nothing: it can only narrow what an _access.json grants.
+    opened = write(root, "open.md", "---\nacl: ['*']\n---\nquarterly open report")
     report = run(sqlite_store, root, None)
     assert report.errors == 0 and report.added == 2
     assert report.warnings == [
-        f"{orphan}: no 'acl' in any _access.json or front matter: stored with an empty ACL "
-        "(nobody may read it)"
+        f"{opened}: front matter 'acl' ['*'] was ignored: front matter can only narrow the ACL "
+        "of an _access.json, and none grants this file to anyone, so nobody may read it; state "
+        "the acl in an _access.json",
+        f"{orphan}: no 'acl' in any _access.json: stored with an empty ACL (nobody may read it)",
     ]
     assert snapshot(sqlite_store)["orphan.md"]["acl"] == []
-    expect_readers(sqlite_store, {"orphan.md": set(), "open.md": set(PEOPLE)})
+    expect_readers(sqlite_store, {"orphan.md": set(), "open.md": set()})
     for who in PEOPLE:
-        assert found(sqlite_store, who, "quarterly report") == ["open.md"]
+        assert found(sqlite_store, who, "quarterly report") == []
 
 
 def test_a_missing_pdf_extra_is_a_per_file_error(

@@ -7,9 +7,13 @@ override them for single files of that folder::
     {"acl": ["S-1", "G-risk"], "classification": "internal", "author": "S-9",
      "files": {"memo.md": {"acl": ["S-1"], "classification": "confidential"}}}
 
-Front matter of a Markdown file overrides both. Keys are checked strictly: an unknown key
-(``"acls"``) is an error, never a silently public file. A file that gets no ``acl`` from any
-of them keeps ``acl`` unset, which the connector stores as an empty ACL (nobody may read it).
+Front matter is written by whoever may edit the file, who is not trusted with its rights:
+it may only *narrow* them (:func:`narrow`). Its ``acl`` is intersected with the sidecars'
+ACL, its ``classification`` can only raise the level, and its ``corpus`` may move the file
+only where the source allows it (``allow_front_matter_corpus``). Keys are checked strictly:
+an unknown key (``"acls"``), a repeated key or an unprintable id is an error, never a
+silently public file. A file that gets no ``acl`` from a sidecar keeps ``acl`` unset, which
+the connector stores as an empty ACL (nobody may read it).
 """
 
 from __future__ import annotations
@@ -21,10 +25,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from govrag.errors import InputError, describe_validation
 from govrag.harvest.extract import FrontValue
+from govrag.harvest.records import CORPUS_PATTERN, check_document_metadata, check_id
+from govrag.harvest.strict_json import load_json
+from govrag.store.records import EVERYONE
 from govrag.types import Classification
 
 ACCESS_FILE = "_access.json"
@@ -36,16 +43,31 @@ class FolderRule(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    acl: list[str] | None = None
+    acl: list[str] | None = Field(default=None, max_length=10_000)
     classification: Classification | None = None
     author: str | None = None
-    corpus: str | None = None
+    corpus: str | None = Field(default=None, pattern=CORPUS_PATTERN)
     metadata: dict[str, Any] | None = None
 
     @field_validator("classification", mode="before")
     @classmethod
     def _parse(cls, value: object) -> Classification | None:
         return None if value is None else Classification.parse(value)
+
+    @field_validator("acl")
+    @classmethod
+    def _acl(cls, value: list[str] | None) -> list[str] | None:
+        return None if value is None else [check_id(v) for v in value]
+
+    @field_validator("author")
+    @classmethod
+    def _author(cls, value: str | None) -> str | None:
+        return None if value is None else check_id(value)
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if value is None else check_document_metadata(value)
 
 
 class FileRule(FolderRule):
@@ -63,11 +85,10 @@ class AccessFile(FolderRule):
 def load_access(path: Path) -> AccessFile:
     """Parse a sidecar. Raises :class:`InputError` naming the field and a fix."""
     try:
-        raw = json.loads(path.read_bytes())
+        data = path.read_bytes()
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror}") from exc
-    except ValueError as exc:
-        raise InputError(f"not valid JSON: {exc}") from exc
+    raw = load_json(data)
     try:
         return AccessFile.model_validate(raw)
     except ValidationError as exc:
@@ -145,3 +166,79 @@ class Rights:
             sort_keys=True, default=str,
         )  # fmt: skip
         return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def narrow(
+    base: Rights,
+    front: FileRule,
+    *,
+    classification: Classification,
+    corpus: str,
+    move_corpus: bool,
+    source: str,
+) -> tuple[Rights, list[str]]:
+    """A file's rights: its sidecars' (``base``, with ``classification`` and ``corpus``
+    resolved) narrowed by its front matter, and a warning per part of the front matter that
+    would have widened them.
+
+    * ``acl``: the intersection with the sidecars' ACL: an id stays if that ACL names it (or
+      grants ``*``), and ``*`` stands for that whole ACL. An id the sidecars grant only
+      through a group is dropped, so the result never grants more than the sidecars did.
+      With no sidecar ACL the file has no readers.
+    * ``classification``: the higher of the two levels.
+    * ``corpus``: another corpus only when ``move_corpus`` (the source's opt-in).
+    * ``title``, ``author`` and metadata: the front matter's (they grant nothing).
+
+    Raises:
+        InputError: the front matter names another corpus and the source does not allow it.
+    """
+    warnings: list[str] = []
+    acl = base.acl
+    if front.acl is not None:
+        granted = list(base.acl or ())
+        if EVERYONE in front.acl:  # everyone, intersected with the sidecars' ACL: that ACL
+            kept = granted
+        elif EVERYONE in granted:
+            kept = list(front.acl)
+        else:
+            kept = [p for p in front.acl if p in granted]
+        beyond = [p for p in front.acl if p not in granted and EVERYONE not in granted]
+        if base.acl is None:
+            warnings.append(
+                f"front matter 'acl' {front.acl} was ignored: front matter can only narrow the "
+                "ACL of an _access.json, and none grants this file to anyone, so nobody may "
+                "read it; state the acl in an _access.json"
+            )
+        elif beyond:
+            warnings.append(
+                f"front matter 'acl' entries {beyond} are not in the ACL its _access.json "
+                f"grants ({sorted(granted)}): front matter can only narrow that ACL, so they "
+                "grant nothing beyond it; grant them in _access.json"
+            )
+        acl = tuple(dict.fromkeys(kept))
+    level = classification
+    if front.classification is not None:
+        if front.classification < classification:
+            warnings.append(
+                f"front matter 'classification' {front.classification.label!r} was ignored: "
+                f"front matter can only raise the folder's {classification.label!r}; lower it "
+                "in _access.json"
+            )
+        level = max(level, front.classification)
+    if front.corpus is not None and front.corpus != corpus and not move_corpus:
+        raise InputError(
+            f"front matter 'corpus' {front.corpus!r} would move the file out of corpus "
+            f"{corpus!r}, and source {source!r} does not let front matter choose a corpus "
+            "(not ingested); remove 'corpus' from the front matter, set it in _access.json, "
+            f"or set allow_front_matter_corpus = true in [sources.{source}] of govrag.toml"
+        )
+    rights = replace(
+        base,
+        acl=acl,
+        classification=level,
+        corpus=front.corpus if front.corpus is not None and move_corpus else corpus,
+        author=front.author if front.author is not None else base.author,
+        title=front.title or base.title,
+        metadata={**base.metadata, **(front.metadata or {})},
+    )
+    return rights, warnings

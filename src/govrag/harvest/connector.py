@@ -22,7 +22,7 @@ from govrag.harvest.ingest import IngestReport, parse_record, read_lines
 from govrag.harvest.kinds import ConnectorKind
 from govrag.harvest.records import Record
 from govrag.store.records import StoredHashes
-from govrag.types import Classification
+from govrag.types import Classification, check_source_system
 
 __all__ = [
     "Connector",
@@ -30,6 +30,7 @@ __all__ = [
     "HarvestReport",
     "Item",
     "JsonlConnector",
+    "OwnerLookup",
     "SourceSpec",
     "StoredLookup",
     "slug",
@@ -37,6 +38,8 @@ __all__ = [
 
 #: ``stored(keys)``: which ``(source_system, external_id)`` keys the target tenant holds.
 StoredLookup = Callable[[Sequence[tuple[str, str]]], dict[tuple[str, str], StoredHashes]]
+#: ``owner(source_system, account_id)``: the email the target tenant binds the account to now.
+OwnerLookup = Callable[[str, str], str | None]
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,18 @@ class SourceSpec:
     authority_tier: int = 3
     tenant: str | None = None
     state_path: Path | None = None
+    #: Filesystem: front matter may put a file in another corpus (``[sources.<name>]``
+    #: ``allow_front_matter_corpus``); off, such a file is refused.
+    allow_front_matter_corpus: bool = False
+
+    def __post_init__(self) -> None:
+        try:
+            check_source_system(self.source_system)
+        except ValueError as exc:
+            raise InputError(
+                f"source {self.name!r}: {exc} (set source_system in [sources.<name>] of "
+                "govrag.toml)"
+            ) from exc
 
 
 @dataclass(frozen=True)
@@ -100,8 +115,10 @@ class Connector(Protocol):
         """Bytes :meth:`scan` will cover (for a progress bar); 0 when unknown."""
         ...
 
-    def scan(self, stored: StoredLookup) -> Iterator[Item]:
-        """Yield one item per unit of the source. ``stored`` tells what the tenant holds."""
+    def scan(self, stored: StoredLookup, owner: OwnerLookup) -> Iterator[Item]:
+        """Yield one item per unit of the source. ``stored`` and ``owner`` tell what the
+        tenant holds; the harvester applies an item's records before it asks for the next,
+        so ``owner`` answers with the earlier items applied."""
         ...
 
     def finish(self, failed: Collection[str], report: HarvestReport, *, commit: bool) -> None:
@@ -131,7 +148,7 @@ class JsonlConnector:
     def total_bytes(self) -> int:
         return self.path.stat().st_size if self.path.is_file() else 0
 
-    def scan(self, stored: StoredLookup) -> Iterator[Item]:
+    def scan(self, stored: StoredLookup, owner: OwnerLookup) -> Iterator[Item]:
         if not self.path.is_file():
             raise InputError(f"ingest file {str(self.path)!r} does not exist or is not a file")
         for number, raw, consumed in read_lines(self.path):

@@ -85,6 +85,8 @@ def decode(data: bytes) -> str:
 
 _KEY = re.compile(r"([A-Za-z_][A-Za-z0-9_.\-]*)[ \t]*:(?:[ \t]+(.*))?$")
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?")
+#: Longest unquoted number read as a number (a 64-bit integer has 19 digits).
+MAX_NUMBER_DIGITS = 20
 
 
 def split_front_matter(text: str) -> tuple[dict[str, FrontValue], str]:
@@ -138,6 +140,12 @@ def _value(raw: str) -> FrontValue:
         raise ValueError(f"value {raw!r} is not supported; use a plain or quoted string")
     number = _NUMBER.fullmatch(raw)
     if number:  # unquoted numbers are numbers (metadata filters compare them as such)
+        digits = len(raw.lstrip("-"))
+        if digits > MAX_NUMBER_DIGITS:  # int() of thousands of digits is slow, then refused
+            raise ValueError(
+                f"the number {raw[:12]}... has {digits} digits, beyond 64 bits; quote it to "
+                "keep it as text"
+            )
         return float(raw) if number.group(1) else int(raw)
     return _text(raw)
 

@@ -1,13 +1,11 @@
 """The filesystem connector: a folder tree of .md, .txt, .html/.htm and .pdf files.
 
-Each file is one document. Its rights come from ``_access.json`` sidecars and Markdown front
-matter (:mod:`govrag.harvest.access`); a file with no ``acl`` anywhere is stored with an
-empty ACL, so nobody may read it (fail-closed), and the run warns about it. Identities and
-groups may be listed in ``_identities.jsonl`` at the root (the JSONL record format;
-``source_system`` defaults to the source's). That file is a snapshot: a binding it made
-(recorded in the sync state) that it no longer lists is unbound on the next run, before its
-other records apply (so replacing an account's owner in the file takes one run). Bindings it
-never made are never touched. Hidden files and folders, symbolic links and files of other
+Each file is one document. Its rights come from ``_access.json`` sidecars, which Markdown
+front matter may only narrow (:mod:`govrag.harvest.access`); a file with no ``acl`` in any
+sidecar is stored with an empty ACL, so nobody may read it (fail-closed), and the run warns
+about it. Identities and groups may be listed in ``_identities.jsonl`` at the root, a
+snapshot of the bindings this source made (:mod:`govrag.harvest.identities`): it never moves
+or unbinds another source's. Hidden files and folders, symbolic links and files of other
 types are skipped.
 
 The external id of a file is its path relative to the root (posix), except that a moved file
@@ -29,30 +27,28 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from govrag.errors import GovragError, InputError, describe_validation
-from govrag.harvest.access import IDENTITIES_FILE, front_rule
+from govrag.harvest.access import IDENTITIES_FILE, front_rule, narrow
 from govrag.harvest.connector import (
     ConnectorKind,
     HarvestReport,
     Item,
+    OwnerLookup,
     SourceSpec,
     StoredLookup,
     slug,
 )
 from govrag.harvest.extract import extract
-from govrag.harvest.ingest import parse_record, read_lines
-from govrag.harvest.records import DeleteRecord, DocumentRecord, IdentityRecord, Record
+from govrag.harvest.identities import IdentitiesFile
+from govrag.harvest.records import DeleteRecord, DocumentRecord, Record
 from govrag.harvest.state import FileState, load_state, record_sync
 from govrag.harvest.tree import Tree, TreeFile, walk_tree
 
 #: Files larger than this are reported, not read.
 MAX_FILE_BYTES = 256 * 1024 * 1024
-#: Bumped when extraction changes, so every file is extracted again once.
-EXTRACT_VERSION = 1
-#: An identity binding: (email, account id) of the source's system.
-Binding = tuple[str, str]
-_NO_ACL = (
-    "no 'acl' in any _access.json or front matter: stored with an empty ACL (nobody may read it)"
-)
+#: Bumped when extraction (or how front matter sets rights) changes, so every file is read
+#: again once. 2: front matter only narrows rights (files it widened are narrowed).
+EXTRACT_VERSION = 2
+_NO_ACL = "no 'acl' in any _access.json: stored with an empty ACL (nobody may read it)"
 
 
 class FilesystemConnector:
@@ -70,26 +66,24 @@ class FilesystemConnector:
         self._done: dict[str, FileState] = {}  # rel -> state to keep once written
         self._moved_from: dict[str, str] = {}  # new rel -> vanished rel whose id it took
         self._hidden: dict[str, FileState] = {}  # kept: their folder could not be listed
-        self._old_bindings: set[Binding] = set()  # (email, account) the identities file made
-        self._bindings: dict[str, Binding] = {}  # where -> binding the file lists now
-        self._unbinds: dict[str, Binding] = {}  # where -> binding no longer listed
+        self._accounts = IdentitiesFile(
+            spec.path / IDENTITIES_FILE, spec.source_system, max_text_bytes=max_text_bytes
+        )
 
     def _list(self) -> Tree:
         if self._tree is None:
             salt = json.dumps([self.spec.source_system, self.spec.corpus,
                                int(self.spec.classification), self.spec.authority_tier,
-                               EXTRACT_VERSION])  # fmt: skip
+                               self.spec.allow_front_matter_corpus, EXTRACT_VERSION])  # fmt: skip
             self._tree = walk_tree(self.root, salt)
         return self._tree
 
     def total_bytes(self) -> int:
         """Bytes of the files the tree holds (of the types read) and of its identities file."""
-        accounts = self.root / IDENTITIES_FILE
-        extra = accounts.stat().st_size if accounts.is_file() else 0
-        return extra + sum(f.size for f in self._list().files.values())
+        return self._accounts.size() + sum(f.size for f in self._list().files.values())
 
     # -- the run -------------------------------------------------------------------------
-    def scan(self, stored: StoredLookup) -> Iterator[Item]:
+    def scan(self, stored: StoredLookup, owner: OwnerLookup) -> Iterator[Item]:
         tree = self._list()
         files = tree.files
         yield from tree.notes
@@ -99,8 +93,8 @@ class FilesystemConnector:
                 yield Item(str(self.spec.state_path), warning=warning)
             entry = state.tenants.get(self.tenant) if state else None
             self._old = dict(entry.files) if entry else {}
-            self._old_bindings = set(entry.identities) if entry else set()
-        yield from self._identities()
+            self._accounts.made = set(entry.identities) if entry else set()
+        yield from self._accounts.items(owner)
         old, ss = self._old, self.spec.source_system
         vanished = {rel: st for rel, st in sorted(old.items()) if rel not in files}
         for rel in [rel for rel in vanished if tree.hides(rel)]:
@@ -172,7 +166,6 @@ class FilesystemConnector:
         assert f.rights is not None
         found = extract(data, f.fmt)
         rule, updated_at = front_rule(found.front)
-        rights = f.rights.merged(rule)
         size = len(found.text.encode("utf-8", "surrogatepass"))
         if size > self.max_text_bytes:
             raise InputError(
@@ -180,19 +173,29 @@ class FilesystemConnector:
                 "file or raise [ingest] max_text_bytes in govrag.toml"
             )
         top = f.rel.split("/", 1)[0] if "/" in f.rel else self.root.resolve().name
+        sidecar = f.rights
+        rights, notes = narrow(
+            sidecar,
+            rule,
+            classification=(
+                self.spec.classification if sidecar.classification is None
+                else sidecar.classification
+            ),
+            corpus=sidecar.corpus or self.spec.corpus or slug(top),
+            move_corpus=self.spec.allow_front_matter_corpus,
+            source=self.spec.name,
+        )  # fmt: skip
         fields = {
             "type": "document",
             "source_system": self.spec.source_system,
             "external_id": external_id,
-            "corpus": rights.corpus or self.spec.corpus or slug(top),
+            "corpus": rights.corpus,
             "title": rights.title or found.title or f.path.stem,
             "text": found.text,
             "author": rights.author,
             "acl": list(rights.acl or ()),
-            "classification": (
-                self.spec.classification if rights.classification is None else rights.classification
-            ),
-            "updated_at": updated_at or datetime.fromtimestamp(f.mtime_ns / 1e9, UTC),
+            "classification": rights.classification,
+            "updated_at": _instant(updated_at) or datetime.fromtimestamp(f.mtime_ns / 1e9, UTC),
             "authority_tier": self.spec.authority_tier,
             "metadata": {**rights.metadata, "path": f.rel, "format": f.fmt},
         }
@@ -200,69 +203,11 @@ class FilesystemConnector:
             record = DocumentRecord.model_validate(fields)
         except ValidationError as exc:
             raise InputError(describe_validation(exc)) from exc
-        warning = _NO_ACL if rights.acl is None else None
+        if rights.acl is None:
+            notes.append(_NO_ACL)
         if not found.text.strip():
-            warning = "; ".join(filter(None, [warning, "no text found in it"]))
-        return record, warning
-
-    def _identities(self) -> Iterator[Item]:
-        """The identities file's records, after an unbind of each binding it made before
-        and no longer lists (one it now rebinds with ``previous_email`` moves instead)."""
-        path = self.root / IDENTITIES_FILE
-        items: list[Item] = []
-        kept: set[Binding] = set()
-        if path.is_file():
-            for number, raw, consumed in read_lines(path):
-                if not raw:
-                    continue
-                where = f"{path}:{number}"
-                try:
-                    record = self._account_record(raw)
-                except InputError as exc:
-                    items.append(Item(where, error=exc, size=consumed))
-                    continue
-                if isinstance(record, IdentityRecord):
-                    binding = (record.email, record.account_id)
-                    if record.active:
-                        self._bindings[where] = binding
-                        kept.add(binding)
-                        if record.previous_email is not None:
-                            kept.add((record.previous_email, record.account_id))
-                    else:
-                        kept.add(binding)  # the file unbinds it itself
-                items.append(Item(where, records=(record,), size=consumed))
-        for email, account in sorted(self._old_bindings - kept):
-            where = f"{path} (no longer binds {email} to {account})"
-            self._unbinds[where] = (email, account)
-            record = IdentityRecord(
-                type="identity",
-                email=email,
-                source_system=self.spec.source_system,
-                account_id=account,
-                active=False,
-            )
-            yield Item(where, records=(record,))
-        yield from items
-
-    def _account_record(self, raw: bytes) -> Record:
-        try:
-            obj = json.loads(raw)
-        except ValueError:
-            obj = None  # parse_record names the problem
-        if isinstance(obj, dict):
-            if obj.get("type") not in ("identity", "group"):
-                raise InputError(
-                    f"record type {obj.get('type')!r} does not belong in {IDENTITIES_FILE}; "
-                    "it holds identity and group records only"
-                )
-            ss = obj.setdefault("source_system", self.spec.source_system)
-            if ss != self.spec.source_system:
-                raise InputError(
-                    f"source_system {ss!r} is not this source's {self.spec.source_system!r}; "
-                    "omit it or fix it"
-                )
-            raw = json.dumps(obj).encode()
-        return parse_record(raw, max_text_bytes=self.max_text_bytes)
+            notes.append("no text found in it")
+        return record, "; ".join(notes) or None
 
     def finish(self, failed: Collection[str], report: HarvestReport, *, commit: bool) -> None:
         """Record what is now stored; a failed file keeps its previous state (if any)."""
@@ -276,11 +221,23 @@ class FilesystemConnector:
             for old_rel in (rel, self._moved_from.get(rel)):
                 if old_rel is not None and old_rel in self._old:
                     kept[old_rel] = self._old[old_rel]
-        bindings = {b for where, b in self._bindings.items() if where not in failed}
-        bindings |= {b for where, b in self._unbinds.items() if where in failed}
+        bindings = self._accounts.made_after(failed)
         record_sync(self.spec.state_path, source=self.spec.name, connector=self.kind.value,
                     root=self.root.resolve(), tenant=self.tenant, counts=report.as_dict(),
                     files=kept, identities=bindings)  # fmt: skip
+
+
+def _instant(value: str | None) -> datetime | str | None:
+    """Front matter's ``updated_at``: an ISO date or time without a zone is read as UTC (a
+    bare ``2026-07-01`` is how people write dates); anything else goes to the record model,
+    which names what is wrong."""
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return value
+    return parsed if parsed.utcoffset() is not None else parsed.replace(tzinfo=UTC)
 
 
 def _hash(path: Path) -> str:

@@ -132,8 +132,13 @@ def harvest(
     def stored(keys: Sequence[Key]) -> dict[Key, StoredHashes]:
         return target.stored_hashes(tenant, list(keys)) if keys else {}
 
-    for item in connector.scan(stored):
+    def owner(source_system: str, account_id: str) -> str | None:
+        return target.account_owner(tenant, source_system, account_id)
+
+    for item in connector.scan(stored, owner):
         if item.error is not None:
+            if isinstance(item.error, IdentityConflict):
+                report.conflicts += 1
             ingestor.error(item.where, item.error)
         elif item.unchanged:
             report.unchanged += 1

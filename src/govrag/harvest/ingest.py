@@ -31,6 +31,7 @@ from govrag.harvest.records import (
     IdentityRecord,
     Record,
 )
+from govrag.harvest.strict_json import load_json
 from govrag.settings import IngestSettings
 from govrag.store.filters import meta_rows
 from govrag.store.records import ChunkRow, DocumentWrite, StoredHashes
@@ -111,16 +112,12 @@ def placeholder_glob(email: str, globs: Sequence[str]) -> str | None:
 
 def parse_record(raw: bytes, *, max_text_bytes: int) -> Record:
     """Validate one JSONL line. Raises :class:`InputError` naming the field and a fix."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(
-            f"not valid UTF-8 (byte {exc.start}); re-encode the file as UTF-8"
-        ) from exc
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"invalid JSON: {exc.msg} at column {exc.colno}") from exc
+    return validate_record(load_json(raw), max_text_bytes=max_text_bytes)
+
+
+def validate_record(obj: object, *, max_text_bytes: int) -> Record:
+    """Validate one parsed record (a JSON object). Raises :class:`InputError` naming the
+    field and a fix."""
     if not isinstance(obj, dict):
         raise InputError("a record must be a JSON object with a 'type' field")
     kind = obj.get("type")
@@ -139,13 +136,6 @@ def parse_record(raw: bytes, *, max_text_bytes: int) -> Record:
         record: Record = model.model_validate(obj)  # type: ignore[assignment]
     except ValidationError as exc:
         raise InputError(describe_validation(exc)) from exc
-    if isinstance(record, DocumentRecord):
-        try:
-            record.text.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise InputError(
-                "field 'text' holds an unpaired surrogate escape; fix the text"
-            ) from exc
     return record
 
 

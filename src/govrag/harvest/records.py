@@ -1,13 +1,19 @@
 """The JSONL ingest format (DESIGN.md 2.2): one validated model per record type.
 
 Every model forbids unknown fields, so a typo (``"acls"``) is an error, not a silently
-public document.
+public document. The models are the one place every connector's records pass through, so
+every rule about values lives here: ids are printable text (no control, format or
+bidirectional-override characters, which would make two different ids look alike), a
+``source_system`` is never a name govrag reserves (:data:`govrag.types.RESERVED_SOURCE_SYSTEMS`),
+timestamps carry a time zone, and metadata is bounded (nesting depth, 64-bit integers,
+finite numbers, valid Unicode).
 """
 
 from __future__ import annotations
 
-import json
+import math
 import re
+import unicodedata
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -21,21 +27,110 @@ from pydantic import (
     model_validator,
 )
 
-from govrag.types import Classification
+from govrag.types import Classification, check_source_system
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: Unicode categories an id may not hold: controls, format characters (bidi overrides and
+#: isolates, zero-width joiners, the BOM), surrogates, line and paragraph separators.
+_UNSAFE = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+#: Deepest nesting of a metadata value (``{"a": {"b": 1}}`` nests 2 levels).
+MAX_METADATA_DEPTH = 8
+_INT64 = 1 << 63
+_META_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}")
 
 
-def _check_id(value: str) -> str:
-    if _CONTROL.search(value):
-        raise ValueError(f"{value!r} contains a control character; ids must be printable")
+def _unsafe_char(value: str) -> str | None:
+    if value.isascii():
+        found = _CONTROL.search(value)
+        return found.group() if found else None
+    return next((ch for ch in value if unicodedata.category(ch) in _UNSAFE), None)
+
+
+def _describe(ch: str) -> str:
+    kind = "an unpaired surrogate" if unicodedata.category(ch) == "Cs" else "a control character"
+    return f"U+{ord(ch):04X} ({unicodedata.name(ch, kind).lower()})"
+
+
+def check_id(value: str) -> str:
+    bad = _unsafe_char(value)
+    if bad is not None:
+        raise ValueError(
+            f"{value!r} contains {_describe(bad)}; ids must be printable text without "
+            "control, format or bidirectional characters: remove it"
+        )
     if value != value.strip():
         raise ValueError(f"{value!r} has leading or trailing whitespace; remove it")
     return value
 
 
+def _check_source(value: str) -> str:
+    return check_source_system(check_id(value))
+
+
+def check_metadata(value: object, path: str, depth: int) -> None:
+    """Raise :class:`ValueError` naming the value (``path``, e.g. ``k[1].z``) when a metadata
+    value cannot be stored the same way on every backend (or filtered on) without surprise."""
+    what = f"value {path!r}"
+    if depth > MAX_METADATA_DEPTH:
+        raise ValueError(f"{what} nests deeper than {MAX_METADATA_DEPTH} levels; flatten it")
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        if not -_INT64 <= value < _INT64:
+            raise ValueError(
+                f"{what}: the integer {str(value)[:12]}... is beyond 64 bits; send it as a string"
+            )
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{what}: {value} is not a finite number; send one, or a string")
+    elif isinstance(value, str):
+        _check_text(value, path)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            check_metadata(item, f"{path}[{i}]", depth + 1)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValueError(f"{what}: key {key!r} is not a string")
+            child = f"{path}.{key}" if path else key
+            _check_text(key, child)
+            check_metadata(item, child, depth + 1)
+    else:
+        raise ValueError(
+            f"{what}: a {type(value).__name__} is not a JSON value; use a string, number, "
+            "boolean, null, list or object"
+        )
+
+
+def check_document_metadata(value: dict[str, Any]) -> dict[str, Any]:
+    """A document's ``metadata`` object, or :class:`ValueError` naming the key and a fix."""
+    for key in value:
+        if not _META_KEY.fullmatch(key):
+            raise ValueError(
+                f"metadata key {key!r} is not allowed; use letters, digits, '_', '.', '-' "
+                "(at most 64 characters)"
+            )
+    check_metadata(value, "", 0)
+    return value
+
+
+def _check_text(value: str, path: str = "") -> None:
+    """Valid Unicode text without NUL (``path`` names the metadata value, when it is one)."""
+    where = f"value {path!r} " if path else ""
+    if "\x00" in value:
+        raise ValueError(f"{where}contains a NUL character (\\u0000); remove it")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{where}holds an unpaired surrogate ({value[exc.start]!r} at character "
+            f"{exc.start}); fix the text"
+        ) from exc
+
+
 Id = Annotated[str, StringConstraints(min_length=1, max_length=256)]
-CorpusId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")]
+CORPUS_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$"
+CorpusId = Annotated[str, StringConstraints(pattern=CORPUS_PATTERN)]
 
 
 class _Record(BaseModel):
@@ -59,7 +154,8 @@ class IdentityRecord(_Record):
     previous_email: Email | None = None
     active: StrictBool = True
 
-    _ids = field_validator("source_system", "account_id")(_check_id)
+    _ids = field_validator("account_id")(check_id)
+    _source = field_validator("source_system")(_check_source)
 
     @field_validator("email", "previous_email")
     @classmethod
@@ -67,7 +163,7 @@ class IdentityRecord(_Record):
         if value is None:
             return None
         value = value.strip()
-        if "@" not in value or _CONTROL.search(value):
+        if "@" not in value or _unsafe_char(value) is not None:
             raise ValueError(f"{value!r} is not an email address")
         return value.casefold()
 
@@ -87,12 +183,13 @@ class GroupRecord(_Record):
     group_id: Id
     members: list[Id] = Field(max_length=100_000)
 
-    _ids = field_validator("source_system", "group_id")(_check_id)
+    _ids = field_validator("group_id")(check_id)
+    _source = field_validator("source_system")(_check_source)
 
     @field_validator("members")
     @classmethod
     def _members(cls, value: list[str]) -> list[str]:
-        return [_check_id(v) for v in value]
+        return [check_id(v) for v in value]
 
 
 class DocumentRecord(_Record):
@@ -109,9 +206,8 @@ class DocumentRecord(_Record):
     authority_tier: int = Field(default=3, ge=1, le=5)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
-    _ids = field_validator("source_system", "external_id", "author")(
-        lambda v: v if v is None else _check_id(v)
-    )
+    _ids = field_validator("external_id", "author")(lambda v: v if v is None else check_id(v))
+    _source = field_validator("source_system")(_check_source)
 
     @field_validator("classification", mode="before")
     @classmethod
@@ -123,25 +219,26 @@ class DocumentRecord(_Record):
     def _no_nul(cls, value: str) -> str:
         # NUL carries no meaning in text and PostgreSQL cannot store it: drop it on every
         # backend so both hold (and hash) the same text.
-        return value.replace("\x00", "")
+        value = value.replace("\x00", "")
+        _check_text(value)
+        return value
+
+    @field_validator("updated_at")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.utcoffset() is None:
+            raise ValueError(
+                f"{value.isoformat()!r} has no time zone; add 'Z' (UTC) or an offset such as "
+                "'+02:00'"
+            )
+        return value
 
     @field_validator("acl")
     @classmethod
     def _acl(cls, value: list[str]) -> list[str]:
-        return sorted({_check_id(v) for v in value})
+        return sorted({check_id(v) for v in value})
 
-    @field_validator("metadata")
-    @classmethod
-    def _metadata(cls, value: dict[str, Any]) -> dict[str, Any]:
-        for key in value:
-            if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}", key):
-                raise ValueError(
-                    f"metadata key {key!r} is not allowed; use letters, digits, '_', '.', '-' "
-                    "(at most 64 characters)"
-                )
-        if "\\u0000" in json.dumps(value):
-            raise ValueError("metadata contains a NUL character (\\u0000); remove it")
-        return value
+    _metadata = field_validator("metadata")(check_document_metadata)
 
 
 class DeleteRecord(_Record):
@@ -149,7 +246,8 @@ class DeleteRecord(_Record):
     source_system: Id
     external_id: Id
 
-    _ids = field_validator("source_system", "external_id")(_check_id)
+    _ids = field_validator("external_id")(check_id)
+    _source = field_validator("source_system")(_check_source)
 
 
 Record = IdentityRecord | GroupRecord | DocumentRecord | DeleteRecord

@@ -39,6 +39,7 @@ def configured_source(settings: Settings, name: str, cfg: SourceSettings) -> Sou
         authority_tier=cfg.authority_tier,
         tenant=cfg.tenant,
         state_path=state_path(settings.deployment, name),
+        allow_front_matter_corpus=cfg.allow_front_matter_corpus,
     )
 
 

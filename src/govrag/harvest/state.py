@@ -24,6 +24,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from govrag.errors import InputError, describe_validation
+from govrag.harvest.strict_json import load_json
 
 STATE_DIR = Path(".govrag") / "sources"
 
@@ -79,8 +80,8 @@ def load_state(path: Path) -> tuple[SourceState | None, str | None]:
     except OSError as exc:
         return None, f"cannot read the sync state ({exc.strerror}); every file is read again"
     try:
-        return SourceState.model_validate(json.loads(raw)), None
-    except (ValueError, ValidationError) as exc:
+        return SourceState.model_validate(load_json(raw)), None
+    except (InputError, ValidationError) as exc:
         why = describe_validation(exc) if isinstance(exc, ValidationError) else str(exc)
         return None, f"the sync state is unusable ({why}); every file is read again"
 
