@@ -12,6 +12,7 @@ hold is removed (the answer flagged) or the answer abstains.
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -22,11 +23,13 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rich.console import Console
 
 from govrag.agent.answer import Answer
 from govrag.agent.extractive import ExtractiveResponder
 from govrag.agent.prompts import caller_message, caller_parts
 from govrag.audit import replay
+from govrag.cli_agent import print_answer
 from govrag.deployment import RETRIEVAL_MANIFEST, Deployment
 from govrag.validation import check_claims
 
@@ -278,6 +281,10 @@ def test_a_forged_sentence_citing_a_handed_chunk_is_removed_and_the_answer_flagg
     assert removed["sentence_sha256"] == sha256(forged.encode()).hexdigest()
     assert event["reply_hash"] == sha256(f"{forged} {true}".encode()).hexdigest()
     assert answer.as_dict()["flagged"] is True
+    out = io.StringIO()
+    print_answer(answer, Console(file=out, width=400))
+    assert f"answer: {true}" in out.getvalue()
+    assert f"removed, not supported by the cited chunks: {forged}" in out.getvalue()
     check_delivered(dep, answer)
 
 

@@ -45,13 +45,15 @@ __all__ = ["check_claims", "remove_unsupported", "split_sentences"]
 
 # A sentence ends at ".", "!" or "?" followed by whitespace (the end of the text ends one too);
 # a line break always ends one, so bullet lists are checked item by item.
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\s*[\r\n]\s*")
+# (Whitespace before a line break stays in the piece, which is stripped: a separator that
+# could start with a run of spaces would make the scan quadratic on long runs.)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|[\r\n]\s*")
 #: A bracket group; whether it is a citation depends on what it names.
 _BRACKET = re.compile(r"\[([^\[\]\n]{1,300})\]")
 #: Bracket groups opening a sentence (they belong to the sentence before, after its stop).
 _LEADING_MARKERS = re.compile(r"(?:\[[^\[\]\n]{1,300}\][ \t]*)+")
 _ID_SHAPED = re.compile(r"\S+")
-_CLAUSE_END = re.compile(r"[;:]\s+|,\s+|\s+(?:and|but)\s+")
+_CLAUSE_END = re.compile(r"[;:]\s+|,\s+|(?<=\s)(?:and|but)(?=\s)")
 #: A sentence or clause as the negation check sees it: its analysed terms, its negation count.
 _Polarity = tuple[frozenset[str], int]
 
