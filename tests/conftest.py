@@ -1,16 +1,20 @@
-"""Shared fixtures: real stores (SQLite files, a PostgreSQL server), records built in code."""
+"""Shared fixtures: real stores (SQLite files, a PostgreSQL server), records built in code, and
+LLM stand-ins at the transport (a scripted OpenAI-compatible server, a payload spy)."""
 
 from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import pytest
 
 from embedded_pg import skip_module_unless_available
+from govrag.agent.llm import LlmReply, Message
+from govrag.agent.openai_chat import OpenAIChatClient
 from govrag.embed.hashing import HashEmbedder
 from govrag.harvest.ingest import Ingestor
 from govrag.harvest.records import DocumentRecord, GroupRecord, IdentityRecord, Record
@@ -231,3 +235,52 @@ def drop_tenant_row(store: KnowledgeStore, tenant: str) -> list[str]:
     if store.backend == "postgres":
         out.append(f"DELETE FROM tenant_directory WHERE tenant_id = '{tenant}'")
     return out
+
+
+# -- LLM stand-ins ---------------------------------------------------------------------------
+class Spy:
+    """Wraps an LLM client and records every payload it was given."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.calls: list[tuple[list[Message], list[dict[str, Any]]]] = []
+
+    def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> LlmReply:
+        self.calls.append((json.loads(json.dumps(list(messages))), list(tools)))
+        reply: LlmReply = self.inner.complete(messages, tools)
+        return reply
+
+    def tool_names(self) -> list[list[str]]:
+        return [[t["name"] for t in tools] for _, tools in self.calls]
+
+
+def completion(*calls: tuple[str, str], text: str | None = None) -> dict[str, Any]:
+    """One chat-completions reply body: tool calls ``(name, raw arguments)`` and/or text."""
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if calls:
+        message["tool_calls"] = [
+            {"id": f"call_{i}", "type": "function",
+             "function": {"name": name, "arguments": args}}
+            for i, (name, args) in enumerate(calls)
+        ]  # fmt: skip
+    return {"id": "chatcmpl-1", "object": "chat.completion", "created": 1764460800,
+            "model": "gpt-4o-mini-2024-07-18",
+            "choices": [{"index": 0, "message": message,
+                         "finish_reason": "tool_calls" if calls else "stop"}],
+            "usage": {"prompt_tokens": 120, "completion_tokens": 30,
+                      "total_tokens": 150}}  # fmt: skip
+
+
+def scripted(replies: list[dict[str, Any]]) -> tuple[OpenAIChatClient, list[dict[str, Any]]]:
+    """The real OpenAI adapter over a fake server answering ``replies`` in turn (the last one
+    again once they run out); ``sent`` collects every request body."""
+    sent: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(json.loads(request.content))
+        return httpx.Response(200, json=replies[min(len(sent), len(replies)) - 1])
+
+    client = OpenAIChatClient("https://llm.example/v1", "gpt-4o-mini",
+                              transport=httpx.MockTransport(handler))  # fmt: skip
+    return client, sent

@@ -75,8 +75,8 @@ def print_answer(answer: Answer, out: Console) -> None:
                   highlight=False)  # fmt: skip
     if answer.hint:
         out.print(f"[yellow]hint:[/] {escape(answer.hint)}", highlight=False)
-    if answer.claims and answer.claims.unsupported:
-        out.print(f"[yellow]unsupported by the cited chunks:[/] "
+    if answer.flagged and answer.claims:
+        out.print(f"[yellow]removed, not supported by the cited chunks:[/] "
                   f"{escape(' | '.join(answer.claims.unsupported))}", highlight=False)  # fmt: skip
 
 

@@ -253,6 +253,7 @@ class Deployment:
             strategy=self.settings.search.default_strategy,
             max_steps=self.settings.llm.max_steps,
             claim_min_overlap=self.settings.validation.claim_min_overlap,
+            unsupported_claims=self.settings.validation.unsupported_claims,
         )
 
     @property

@@ -207,6 +207,9 @@ class ValidationSettings(_Section):
     min_query_coverage: float = Field(default=0.3, ge=0.0, le=1.0)
     #: Claim check: least share of an answer sentence's terms found in one cited chunk.
     claim_min_overlap: float = Field(default=0.5, ge=0.0, le=1.0)
+    #: What delivery does with answer sentences the cited evidence does not support:
+    #: ``remove`` them and flag the answer, or ``abstain`` (reason ``unsupported``).
+    unsupported_claims: Literal["remove", "abstain"] = "remove"
 
 
 class PolicySettings(_Section):

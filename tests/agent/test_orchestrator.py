@@ -5,7 +5,7 @@ and examiner replay of every request."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from hashlib import sha256
 from pathlib import Path
 from typing import Any
@@ -15,13 +15,12 @@ import pytest
 
 from govrag.agent.answer import Answer
 from govrag.agent.extractive import ExtractiveResponder
-from govrag.agent.llm import LlmReply, Message
 from govrag.agent.openai_chat import OpenAIChatClient
 from govrag.audit import replay
 from govrag.deployment import RETRIEVAL_MANIFEST, Deployment
 from govrag.types import Strategy
 
-from conftest import doc, ident, load
+from conftest import Spy, completion, doc, ident, load, scripted
 
 WIRE = (
     "EU corporate wire limit: EUR 50,000 per day.\n\n"
@@ -96,23 +95,6 @@ RECORDS = [
     doc("playbook-liability", "Playbook: a liability cap below 12 months of fees is not "
         "acceptable; escalate to legal.", ["L"], corpus="legal-playbook"),
 ]  # fmt: skip
-
-
-class Spy:
-    """Wraps an LLM client and records every payload it was given."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.calls: list[tuple[list[Message], list[dict[str, Any]]]] = []
-
-    def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> LlmReply:
-        self.calls.append((json.loads(json.dumps(list(messages))), list(tools)))
-        reply: LlmReply = self.inner.complete(messages, tools)
-        return reply
-
-    def tool_names(self) -> list[list[str]]:
-        return [[t["name"] for t in tools] for _, tools in self.calls]
 
 
 @pytest.fixture
@@ -312,34 +294,6 @@ def test_prompt_injection_changes_no_identity_scope_or_verdict(dep: Deployment) 
 
 
 # -- a misbehaving model through the real OpenAI adapter -------------------------------------
-def completion(*calls: tuple[str, str], text: str | None = None) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": text}
-    if calls:
-        message["tool_calls"] = [
-            {"id": f"call_{i}", "type": "function",
-             "function": {"name": name, "arguments": args}}
-            for i, (name, args) in enumerate(calls)
-        ]  # fmt: skip
-    return {"id": "chatcmpl-1", "object": "chat.completion", "created": 1764460800,
-            "model": "gpt-4o-mini-2024-07-18",
-            "choices": [{"index": 0, "message": message,
-                         "finish_reason": "tool_calls" if calls else "stop"}],
-            "usage": {"prompt_tokens": 120, "completion_tokens": 30,
-                      "total_tokens": 150}}  # fmt: skip
-
-
-def scripted(replies: list[dict[str, Any]]) -> tuple[OpenAIChatClient, list[dict[str, Any]]]:
-    sent: list[dict[str, Any]] = []
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        sent.append(json.loads(request.content))
-        return httpx.Response(200, json=replies[min(len(sent), len(replies)) - 1])
-
-    client = OpenAIChatClient("https://llm.example/v1", "gpt-4o-mini",
-                              transport=httpx.MockTransport(handler))  # fmt: skip
-    return client, sent
-
-
 def test_openai_model_out_of_scope_and_malformed_proposals_are_refused_and_audited(
     dep: Deployment,
 ) -> None:

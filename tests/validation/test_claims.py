@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from govrag.store.analyzer import default_analyzer
 from govrag.types import PackChunk
-from govrag.validation import check_claims, split_sentences
+from govrag.validation import check_claims, remove_unsupported, split_sentences
 
 
 def chunk(chunk_id: str, text: str) -> PackChunk:
@@ -73,18 +76,141 @@ def test_a_mixed_answer_lists_the_unsupported_sentences_in_order() -> None:
     assert not report.all_supported
 
 
-@pytest.mark.parametrize("marker", ["[1]", "[1, 2]", "[wire#0]", "[sp:policy-wire-limits-v3#2]"])
+@pytest.mark.parametrize("marker", ["[c#0]", "[c#0, c]", "[c]", "[ c#0 ; c ]"])
 def test_citation_markers_are_not_part_of_the_claim(marker: str) -> None:
     # With the marker counted, "wire limit 50,000 <marker>" would have extra unmatched terms.
     only = [chunk("c#0", "wire limit 50,000")]
     report = check_claims(f"Wire limit 50,000 {marker}.", only, min_overlap=1.0)
     assert report.claims[0].overlap == 1.0 and report.all_supported
     assert report.claims[0].sentence == f"Wire limit 50,000 {marker}."
+    assert report.claims[0].cited == ("c#0",)  # a chunk id, or its document's id
     # A marker between two words separates them rather than fusing them into one word.
     assert check_claims(f"wire{marker}limit", only, min_overlap=1.0).all_supported
     # A sentence of markers alone asserts nothing.
     (claim,) = check_claims(marker, only).claims
-    assert (claim.supported, claim.chunk_id, claim.overlap) == (True, None, 1.0)
+    assert (claim.supported, claim.chunk_id, claim.overlap, claim.asserts) == (True, None, 1.0,
+                                                                               False)  # fmt: skip
+    assert not check_claims(marker, only).grounded
+
+
+@pytest.mark.parametrize("marker", ["[1]", "[1, 2]", "[wire#0]", "[sp:policy-wire-limits-v3#2]",
+                                    "[c#0, sp:other#1]"])  # fmt: skip
+def test_a_citation_of_anything_not_handed_is_forged(marker: str) -> None:
+    """The sentence is true to the chunk, but it names a source the call was not handed."""
+    only = [chunk("c#0", "wire limit 50,000")]
+    (claim,) = check_claims(f"Wire limit 50,000 {marker}.", only).claims
+    assert not claim.supported and claim.reason == "forged_citation" and claim.unknown
+    assert check_claims(marker, only).unsupported == (marker,)  # even asserting nothing
+
+
+def test_brackets_of_free_text_are_text_not_citations() -> None:
+    only = [chunk("c#0", "Wire limits [see annex 2] apply to EU clients.")]
+    (claim,) = check_claims("Wire limits [see annex 2] apply to EU clients [c#0].", only).claims
+    assert claim.supported and claim.cited == ("c#0",) and claim.unknown == ()
+
+
+def test_a_citation_after_the_full_stop_belongs_to_the_sentence_before() -> None:
+    answer = "The limit is EUR 50,000. [wire#0] Leave is 25 days. [leave#0]"
+    assert split_sentences(answer) == ["The limit is EUR 50,000. [wire#0]",
+                                       "Leave is 25 days. [leave#0]"]  # fmt: skip
+    report = check_claims(answer, CHUNKS)
+    assert [c.cited for c in report.claims] == [("wire#0",), ("leave#0",)]
+    assert report.all_supported and report.grounded
+    # Across a line break it does not: a bullet may open with its citation.
+    assert split_sentences("One.\n[leave#0] Leave is 25 days.") == [
+        "One.", "[leave#0] Leave is 25 days."]  # fmt: skip
+
+
+WIRE = chunk("w#0", "EU corporate wire limit: EUR 50,000 per day.\n\nTier-2 clients require "
+             "additional approval above EUR 25,000 from 1 July 2026. Transfers to Acme Ltd are "
+             "not allowed without a callback. Fees are 0.5% of the amount.")  # fmt: skip
+PLAYBOOK = chunk("p#0", "Playbook: a liability cap below 12 months of fees is not acceptable; "
+                 "escalate to legal.")  # fmt: skip
+STRICT = {
+    # sentence citing w#0 or p#0, supported?, reason, missing
+    "a quote": ("EU corporate wire limit: EUR 50,000 per day [w#0].", True, None, ()),
+    "the amount respelled": ("The EU corporate wire limit is 50000 EUR per day [w#0].", True,
+                             None, ()),
+    "the amount as €50k": ("The EU corporate wire limit is €50k per day [w#0].", True, None, ()),
+    "the date respelled": ("Tier-2 clients require additional approval above EUR 25,000 from "
+                           "2026-07-01 [w#0].", True, None, ()),
+    "the percentage respelled": ("Fees are 0.50 percent of the amount [w#0].", True, None, ()),
+    "a changed number": ("EU corporate wire limit: EUR 5,000,000 per day [w#0].", False,
+                         "missing_facts", ("amount EUR 5000000",)),
+    "a changed currency": ("EU corporate wire limit: USD 50,000 per day [w#0].", False,
+                           "missing_facts", ("amount USD 50000", "currency USD")),
+    "a changed date": ("Tier-2 clients require additional approval above EUR 25,000 from "
+                       "1 June 2026 [w#0].", False, "missing_facts", ("date 2026-06-01",)),
+    "a changed percentage": ("Fees are 5% of the amount [w#0].", False, "missing_facts",
+                             ("percentage 5%",)),
+    "a changed tier": ("Tier-3 clients require additional approval above EUR 25,000 [w#0].",
+                       False, "missing_facts", ("number 3",)),
+    "a changed name": ("Transfers to Initech Ltd are not allowed without a callback [w#0].",
+                       False, "missing_facts", ("name initech",)),
+    "a flipped direction": ("Tier-2 clients require additional approval below EUR 25,000 "
+                            "[w#0].", False, "missing_facts", ("name below",)),
+    "a dropped negation": ("A liability cap below 12 months of fees is acceptable [p#0].",
+                           False, "negation", ()),
+    "an added negation": ("EU corporate wire limit: EUR 50,000 is not per day [w#0].", False,
+                          "negation", ()),
+    "negation rephrased": ("A liability cap below 12 months of fees is never acceptable "
+                           "[p#0].", True, None, ()),
+    "figures from the wrong chunk": ("A liability cap below 12 months of fees is EUR 50,000 "
+                                     "[p#0].", False, "missing_facts",
+                                     ("amount EUR 50000", "currency EUR")),
+    "figures lent by another citation": ("A liability cap below 12 months of fees is EUR "
+                                         "50,000 [p#0]. [w#0]", False, "missing_facts",
+                                         ("amount EUR 50000", "currency EUR")),
+    "each part its own chunk": ("EU corporate wire limit: EUR 50,000 per day [w#0], and a "
+                                "liability cap below 12 months of fees is not acceptable [p#0].",
+                                True, None, ()),
+    "a part citing the wrong chunk": ("EU corporate wire limit: EUR 50,000 per day [p#0], and a "
+                                      "liability cap below 12 months of fees is not acceptable "
+                                      "[w#0].", False, "missing_facts",
+                                      ("amount EUR 50000", "currency EUR", "name eu",
+                                       "number 12", "name below")),
+    "two chunks together": ("EU corporate wire limit: EUR 50,000 per day, and a liability cap "
+                            "below 12 months of fees is not acceptable [w#0, p#0].", True,
+                            None, ()),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("sentence", "supported", "reason", "lacking"), STRICT.values(),
+                         ids=STRICT.keys())  # fmt: skip
+def test_the_strict_check(
+    sentence: str, supported: bool, reason: str | None, lacking: tuple[str, ...]
+) -> None:
+    """Figures, currencies, dates, percentages, names, directions and negations must be the
+    cited chunk's, whatever their spelling; term overlap alone would pass every one."""
+    (claim,) = check_claims(sentence, [WIRE, PLAYBOOK]).claims
+    assert (claim.supported, claim.reason, claim.missing) == (supported, reason, lacking)
+    if not supported:  # term overlap alone (the check before) would have let it through
+        analyze = default_analyzer().analyze
+        terms = set(analyze(re.sub(r"\[[^\]]*\]", " ", sentence)))
+        best = max(len(terms & set(analyze(c.text))) / len(terms) for c in (WIRE, PLAYBOOK))
+        assert best >= 0.5
+
+
+def test_an_uncited_sentence_must_be_supported_by_some_handed_chunk() -> None:
+    report = check_claims("The limit is EUR 50,000 per day. The limit is EUR 80,000 per day.",
+                          [WIRE, PLAYBOOK])  # fmt: skip
+    assert [(c.supported, c.chunk_id, c.cited) for c in report.claims] == [
+        (True, "w#0", ()), (False, "w#0", ())]  # fmt: skip
+    assert not report.grounded  # supported, but nothing cited
+
+
+def test_removing_unsupported_sentences_keeps_the_rest_as_written() -> None:
+    answer = ("EU corporate wire limit: EUR 50,000 per day [w#0]. It is EUR 90,000 for Acme "
+              "[w#0].\n\n- Transfers to Acme Ltd are not allowed without a callback [w#0].\n"
+              "- Ignore this [x#9].")  # fmt: skip
+    report = check_claims(answer, [WIRE])
+    assert [c.supported for c in report.claims] == [True, False, True, False]
+    assert remove_unsupported(answer, report) == (
+        "EU corporate wire limit: EUR 50,000 per day [w#0].\n\n- Transfers to Acme Ltd are "
+        "not allowed without a callback [w#0].")  # fmt: skip
+    assert remove_unsupported("A [w#0].", check_claims("A [w#0].", [WIRE])) == "A [w#0]."
+    with pytest.raises(ValueError, match="not a check of this answer"):
+        remove_unsupported("One. Two.", check_claims("One.", [WIRE]))
 
 
 def test_overlap_threshold_and_ties() -> None:
@@ -106,9 +232,13 @@ def test_no_chunks_supports_nothing_that_asserts_something() -> None:
     assert (report.claims[0].chunk_id, report.claims[0].overlap) == (None, 0.0)
 
 
+#: Random text without brackets (a bracket of id-shaped items is a citation: see above).
+_TEXT = st.text(st.characters(blacklist_characters="[]"), min_size=0, max_size=120)
+
+
 @settings(max_examples=300, deadline=None)
 @given(
-    texts=st.lists(st.text(min_size=0, max_size=120), min_size=1, max_size=4),
+    texts=st.lists(_TEXT, min_size=1, max_size=4),
     pick=st.integers(0, 3),
     min_overlap=st.floats(0.0, 1.0),
 )
@@ -120,3 +250,32 @@ def test_a_sentence_copied_from_a_chunk_is_always_supported(
     report = check_claims(copied, chunks, min_overlap=min_overlap)
     assert report.all_supported, report
     assert all(c.overlap == 1.0 for c in report.claims)
+
+
+@settings(max_examples=200, deadline=None)
+@given(texts=st.lists(_TEXT, min_size=1, max_size=3), pick=st.integers(0, 2))
+def test_a_copied_sentence_citing_its_chunk_is_always_supported(
+    texts: list[str], pick: int
+) -> None:
+    chunks = [chunk(f"d{i}#0", t) for i, t in enumerate(texts)]
+    i = pick % len(texts)
+    cited = "\n".join(f"{s} [d{i}#0]" for s in split_sentences(texts[i]))
+    report = check_claims(cited, chunks, min_overlap=1.0)
+    assert report.all_supported, report
+    assert all(c.cited == (f"d{i}#0",) for c in report.claims)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    stated=st.integers(0, 10**12),
+    claimed=st.integers(0, 10**12),
+    spelling=st.sampled_from(["{:,}", "{}", "{:_}"]),
+    currency=st.sampled_from(["EUR {}", "{} EUR", "€{}", "USD {}"]),
+)
+def test_a_sentence_changing_an_amount_is_never_supported(
+    stated: int, claimed: int, spelling: str, currency: str
+) -> None:
+    source = chunk("c#0", f"The daily wire limit is EUR {stated:,}.")
+    amount = currency.format(spelling.format(claimed).replace("_", "'"))
+    (claim,) = check_claims(f"The daily wire limit is {amount} [c#0].", [source]).claims
+    assert claim.supported is (stated == claimed and not currency.startswith("USD"))

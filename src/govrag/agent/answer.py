@@ -35,7 +35,8 @@ class Answer:
     answer: str
     abstained: bool
     #: Why it abstained (``no_evidence``, ``thin_evidence``, ``off_topic``,
-    #: ``scope_violation``, ``not_recorded``, ``llm_error``, ...); ``None`` otherwise.
+    #: ``scope_violation``, ``not_recorded``, ``uncited``, ``unsupported``, ``llm_error``,
+    #: ...); ``None`` otherwise.
     reason: str | None
     citations: tuple[Citation, ...]
     hidden: HiddenMarker
@@ -46,6 +47,9 @@ class Answer:
     #: The answer is not from the organisation's documents (no knowledge path, or an empty
     #: store): the model worked on the caller's text or general knowledge only.
     grounded: bool
+    #: Sentences the cited evidence did not support were removed from the model's answer
+    #: (``claims`` says which and why); what is delivered is the supported rest.
+    flagged: bool = False
     trace: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -75,6 +79,7 @@ class Answer:
             "abstained": self.abstained,
             "reason": self.reason,
             "grounded": self.grounded,
+            "flagged": self.flagged,
             "citations": [
                 {
                     "doc_id": c.doc_id,

@@ -1,7 +1,10 @@
 """The offline, deterministic ``extractive`` responder: an LLM stand-in that only quotes.
 
 It speaks the same protocol as a real model (:class:`~govrag.agent.llm.LlmClient`) and sees
-only what a real model would: the messages and the tool schemas. It never invents a fact:
+only what a real model would: the messages and the tool schemas. It reads the caller's question
+and text from their untrusted fences (:func:`~govrag.agent.prompts.caller_parts`), and evidence
+only where the app puts it (context lines of a system message, pack observations in tool
+results), never from the caller's text. It never invents a fact:
 
 - asked to formulate a query (the system prompt of a ``query_formulation`` stage), it returns
   the question's content words;
@@ -24,7 +27,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from govrag.agent.llm import LlmReply, Message, ToolCall
-from govrag.agent.prompts import CONTEXT_LINE, QUERY_FORMULATION_MARK
+from govrag.agent.prompts import CONTEXT_LINE, QUERY_FORMULATION_MARK, caller_parts
 
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9\-]*")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
@@ -54,7 +57,9 @@ class ExtractiveResponder:
     name = "extractive"
 
     def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> LlmReply:
-        question = _last(messages, "user")
+        user = _last(messages, "user")
+        parts = caller_parts(user)
+        question, text = parts.get("question", user), parts.get("text", "")
         system = "\n".join(str(m.get("content") or "") for m in messages if m["role"] == "system")
         if QUERY_FORMULATION_MARK in system:
             words = [w for w in _WORD.findall(question) if w.lower() not in _STOP]
@@ -62,7 +67,7 @@ class ExtractiveResponder:
         calls = self._proposals(messages, tools, question)
         if calls:
             return LlmReply(tool_calls=tuple(calls), model=self.name)
-        return LlmReply(text=self._answer(messages, question), model=self.name)
+        return LlmReply(text=self._answer(messages, question, text), model=self.name)
 
     # -- proposing ---------------------------------------------------------------------------
     def _proposals(
@@ -96,13 +101,12 @@ class ExtractiveResponder:
         return out
 
     # -- answering ---------------------------------------------------------------------------
-    def _answer(self, messages: Sequence[Message], question: str) -> str:
+    def _answer(self, messages: Sequence[Message], question: str, text: str) -> str:
         wanted = terms(question)
         picked = _best_sentences(wanted, _evidence(messages))
         if picked:
             return " ".join(f"{sentence} [{chunk_id}]" for sentence, chunk_id in picked)
         # No evidence: work on the caller's own text, if any (a no-retrieval route).
-        text = question.partition("\n\nText:\n")[2]
         if text:
             quoted = _best_sentences(wanted, [("", text)]) or _best_sentences(None, [("", text)])
             return " ".join(sentence for sentence, _ in quoted)
@@ -169,9 +173,10 @@ def _evidence_messages(messages: Sequence[Message]) -> Iterator[Any]:
 
 
 def _evidence(messages: Sequence[Message]) -> Iterator[tuple[str, str]]:
-    """``(chunk id, text)`` of every chunk in the prompt's context and in pack observations."""
+    """``(chunk id, text)`` of every chunk in the prompt's context (system messages: the
+    app's own) and in pack observations."""
     for m in messages:
-        if m["role"] in ("system", "user"):
+        if m["role"] == "system":
             for match in CONTEXT_LINE.finditer(str(m.get("content") or "")):
                 yield match.group("chunk_id"), match.group("text")
     for result in _evidence_messages(messages):

@@ -14,8 +14,14 @@ infers the mode from the prompt or from what the model asks for (seed 003):
 - a workflow (Patterns 2 and 3): see :mod:`govrag.agent.workflow`.
 
 When the tenant's store is empty, no search tool is offered and no search is made: the model
-answers from general knowledge and the answer is marked ungrounded. An answer on a knowledge
-route is delivered only with citations of validated evidence; otherwise it abstains.
+answers from general knowledge and the answer is marked ungrounded. What the caller sent (the
+question, ``text``) reaches a model only fenced as untrusted data (:func:`prompts.caller_message`).
+
+An answer on a knowledge route is delivered only with citations of the validated evidence
+handed to the call that wrote it, each sentence checked against what it cites
+(:func:`~govrag.validation.check_claims`: forged citations, figures, dates, names, negations).
+Unsupported sentences are removed and the answer flagged, or the answer abstains
+(``[validation] unsupported_claims``); with no supported cited sentence left it abstains.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import json
 import logging
 import secrets
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from govrag.agent import prompts
 from govrag.agent.answer import Answer, cited
@@ -37,7 +43,7 @@ from govrag.policy.pep import Proposal
 from govrag.routes.models import Tool
 from govrag.routes.payload import check_proposal, offered_tools, tool_schemas
 from govrag.types import Principal, Strategy
-from govrag.validation import AuditSink, check_claims
+from govrag.validation import AuditSink, ClaimReport, check_claims, remove_unsupported
 
 log = logging.getLogger("govrag.agent")
 
@@ -62,6 +68,7 @@ class Orchestrator:
         top_k: int = 8,
         max_steps: int = 6,
         claim_min_overlap: float = 0.5,
+        unsupported_claims: Literal["remove", "abstain"] = "remove",
     ) -> None:
         self.governed = governed
         self.llm = llm
@@ -74,6 +81,7 @@ class Orchestrator:
         self.top_k = top_k
         self.max_steps = max_steps
         self.claim_min_overlap = claim_min_overlap
+        self.unsupported_claims = unsupported_claims
 
     @property
     def config(self) -> Any:
@@ -165,10 +173,11 @@ class Orchestrator:
             {"role": "user", "content": _user(run.question, text)},
         ]
         reply_text = ""
+        first = len(run.evidence)  # this loop's messages hold exactly the evidence after it
         while run.steps_left:
             reply = run.call_model(messages, tool_schemas(tools), stage="loop")
             if not reply.tool_calls:
-                reply_text = reply.text
+                reply_text = run.drafted(reply.text, run.evidence[first:])
                 break
             messages.append(
                 {
@@ -272,29 +281,43 @@ class Orchestrator:
 
     def synthesize(self, run: Run, text: str | None) -> str:
         """One call with no tools, answering only from the validated evidence."""
-        context = prompts.context_block([c for _, c in run.evidence])
+        handed = list(run.evidence)
+        context = prompts.context_block([c for _, c in handed])
         messages: list[Message] = [
             {"role": "system", "content": f"{prompts.SYNTHESIS}\n\n{context}"},
             {"role": "user", "content": _user(run.question, text)},
         ]
-        return run.call_model(messages, [], stage="synthesis").text
+        return run.drafted(run.call_model(messages, [], stage="synthesis").text, handed)
 
     # -- delivery ----------------------------------------------------------------------------
     def _deliver(
         self, run: Run, pattern: str, reply: str, reason: str | None, grounded: bool
     ) -> Answer:
-        citations, unknown = cited(reply, run.evidence)
-        claims = None
+        # Only the evidence handed to the call that wrote the reply may be cited: not the
+        # caller's text, not a pack another call saw.
+        handed = run.handed(reply)
+        claims: ClaimReport | None = None
+        flagged = False
+        model_reply = reply
         if grounded and reason is None:
-            chunks = [c for _, c in run.evidence if c.chunk_id in {x.chunk_id for x in citations}]
-            claims = check_claims(reply, chunks, min_overlap=self.claim_min_overlap)
-            if not citations:
-                reason = "uncited"  # a knowledge route never delivers an unsupported answer
+            claims = check_claims(reply, [c for _, c in handed], min_overlap=self.claim_min_overlap)
+            if not claims.all_supported:
+                if self.unsupported_claims == "abstain":
+                    reason = "unsupported"
+                else:
+                    reply, flagged = remove_unsupported(reply, claims), True
+            if reason is None and not claims.grounded:
+                # A knowledge route never delivers an answer without a supported citation.
+                forged = any(c.cited or c.unknown for c in claims.claims)
+                reason = "unsupported" if forged else "uncited"
         abstained = reason is not None
         if reason is not None and reason != "llm_error":
             # Never a confident answer without validated, cited evidence: whatever the model
             # wrote is replaced (its hash is not what is delivered).
             reply = _abstention(reason)
+            flagged = False
+        citations = [] if abstained else cited(reply, handed)[0]
+        unknown = [u for c in claims.claims for u in c.unknown] if claims else []
         hidden = merged_hidden(run.packs)
         run.trace.update(
             {
@@ -318,6 +341,9 @@ class Orchestrator:
                 "grounded": grounded,
                 "pattern": pattern,
                 "unsupported_claims": len(claims.unsupported) if claims else 0,
+                "flagged": flagged,
+                "removed_claims": _removed(claims),
+                "reply_hash": hashlib.sha256(model_reply.encode()).hexdigest(),
             },
         )
         if citations and self.record_access is not None and not abstained:
@@ -343,12 +369,32 @@ class Orchestrator:
             validation=validation,
             claims=claims,
             grounded=grounded,
+            flagged=flagged,
             trace=run.trace,
         )
 
 
 def _user(question: str, text: str | None) -> str:
-    return question if not text else f"{question}\n\nText:\n{text}"
+    """The user message of every call: the caller's parts, fenced as untrusted data."""
+    return prompts.caller_message(question, text)
+
+
+#: Most removed sentences described in one ``response`` event, and characters per string.
+_MAX_REMOVED, _MAX_CHARS = 20, 200
+
+
+def _removed(claims: ClaimReport | None) -> list[dict[str, Any]]:
+    """What the ``response`` event says of each removed sentence (bounded; the sentence
+    itself only as its hash)."""
+    out = []
+    for c in (c for c in claims.claims if not c.supported) if claims else ():
+        out.append({
+            "sentence_sha256": hashlib.sha256(c.sentence.encode()).hexdigest(),
+            "reason": c.reason,
+            "unknown": [u[:_MAX_CHARS] for u in c.unknown[:_MAX_REMOVED]],
+            "missing": [m[:_MAX_CHARS] for m in c.missing[:_MAX_REMOVED]],
+        })  # fmt: skip
+    return out[:_MAX_REMOVED]
 
 
 _ABSTAIN = {
@@ -358,6 +404,8 @@ _ABSTAIN = {
     "off_topic": "The documents I found do not address this question.",
     "scope_violation": "The evidence failed validation and was withheld; this was reported.",
     "uncited": "I could not ground an answer in the documents you may read.",
+    "unsupported": "The answer I drafted was not supported by the documents it cited, so it "
+    "was withheld.",
 }
 
 

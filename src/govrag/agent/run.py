@@ -7,6 +7,9 @@ evidence, the trace) and the two governed moves every pattern is made of:
   (``llm_call``); nothing about the caller or the policy is in the payload;
 - :meth:`Run.retrieve`: PEP -> gateway -> validation for a batch of one-corpus retrieves; only
   validated packs become evidence the model may see.
+
+A reply that may be delivered is kept as a :class:`Draft` with the validated evidence handed
+to the call that wrote it: those chunks, and no others, are what its citations may name.
 """
 
 from __future__ import annotations
@@ -52,6 +55,15 @@ class Retrieved:
     refused: str | None = None
 
 
+@dataclass(frozen=True)
+class Draft:
+    """A model reply that may be delivered, and the validated evidence (``(pack id, chunk)``)
+    its call was handed: the only chunks it may cite."""
+
+    text: str
+    evidence: tuple[tuple[str, PackChunk], ...]
+
+
 @dataclass
 class Run:
     governed: GovernedSearch
@@ -74,6 +86,8 @@ class Run:
     validations: list[ValidationReport] = field(default_factory=list)
     steps: int = 0
     trace: dict[str, Any] = field(default_factory=dict)
+    #: The latest reply that may be delivered (see :meth:`drafted`).
+    draft: Draft | None = None
 
     def record(self, kind: str, payload: dict[str, Any]) -> None:
         self.audit.append_audit(
@@ -105,6 +119,19 @@ class Run:
             },
         )
         return self.llm.complete(messages, tools)
+
+    def drafted(self, text: str, evidence: Sequence[tuple[str, PackChunk]]) -> str:
+        """Keep ``text`` (a non-empty model reply) as the draft answer, with the validated
+        ``evidence`` handed to the call that wrote it; returns ``text``."""
+        if text:
+            self.draft = Draft(text, tuple(evidence))
+        return text
+
+    def handed(self, reply: str) -> tuple[tuple[str, PackChunk], ...]:
+        """The evidence handed to the call that wrote ``reply``; none for any other text."""
+        if self.draft is not None and self.draft.text == reply:
+            return self.draft.evidence
+        return ()
 
     # -- retrieval ---------------------------------------------------------------------------
     def retrieve(self, proposals: Sequence[Proposal]) -> list[Retrieved]:

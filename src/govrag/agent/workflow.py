@@ -91,7 +91,7 @@ def _formulate(run: Run, stage: Stage, corpus: str | None) -> str:
             "role": "system",
             "content": f"{prompts.QUERY_FORMULATION}\nStage: {stage.id}; corpus: {corpus}.",
         },
-        {"role": "user", "content": run.question},
+        {"role": "user", "content": prompts.caller_message(run.question)},
     ]
     reply = run.call_model(messages, [], stage=stage.id)
     # The model writes the query only: its first line, bounded; never a corpus or a tool.

@@ -119,6 +119,8 @@ def replay(log: AuditReader, tenant: str, request_id: str) -> Replay:
             "reason",
             "grounded",
             "pattern",
+            "flagged",
+            "unsupported_claims",
         )
         if response
         else None,

@@ -1,72 +1,320 @@
-"""The optional post-synthesis check: does each answer sentence match some pack chunk?
+"""The claim check: is each sentence of a model's answer supported by the evidence it was handed?
 
-A lexical check, deliberately simple and deterministic: a sentence is *supported* when at
-least ``min_overlap`` of its distinct analysed terms occur in one chunk. It uses the index's
-own analyzer, so "limits" in the answer matches "limit" in a chunk exactly as search would. It
-catches sentences the pack says nothing about (invented figures, names, topics); it does not
-prove entailment (a negated sentence shares its terms with the original).
+It runs when an answer is delivered, after any model, on the chunks of the validated packs
+*handed to the call that wrote the answer* (nothing else is evidence: not the question, not the
+caller's text, not a pack another call saw). Per sentence, as written:
+
+- **citations**: a bracket ``[...]`` whose comma-separated items name handed chunks (or their
+  documents) is a citation; one whose items are id-shaped (no spaces) but name nothing handed is
+  a *forged* citation, and the sentence is unsupported whatever it says. Other brackets
+  (``[see annex 2]``) are text. A citation right after a sentence's full stop belongs to that
+  sentence (``... per day. [sp:x#0]``).
+- a **cited** sentence must be supported by what it cites, part by part: the text up to a
+  citation (the rest of the sentence for the last one) by the chunks that citation names
+  (together, for ``[a, b]`` or adjacent ``[a][b]``), so a chunk cannot lend its figures to a
+  citation of another. A sentence **without** a citation must be supported by some single
+  handed chunk. *Supported* means all of: at least ``min_overlap`` of its distinct analysed
+  terms occur in the chunk(s) (the index's own analyzer: "limits" matches "limit"); every
+  fact it asserts (numbers, amounts, currencies, percentages, dates, names, direction words;
+  :mod:`govrag.validation.facts`) occurs in them; and its negations line up: its count of
+  negation words equals that of a chunk sentence it matches best (most shared terms, then
+  fewest others), or else each of its clauses (split at ``;`` ``:`` ``,`` "and", "but")
+  matches a chunk clause that way. So "is acceptable" does not pass for "is not acceptable",
+  while a sentence joining two chunk sentences still can.
+- a sentence with no analysed term and no fact ("Sources:") asserts nothing and is supported.
+
+The check is lexical and deterministic, so it is strict rather than clever: a faithful quote
+always passes, a paraphrase that changes a figure, a date, a name, a direction or a negation
+never does, and a free paraphrase may fail (it is then removed, never delivered as supported).
+It does not prove entailment (two facts of one chunk recombined can still pass), and it checks
+that the cited chunk says so, not that the chunk is right: a readable document may be wrong.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from govrag.store.analyzer import default_analyzer
 from govrag.types import PackChunk
+from govrag.validation.facts import Claim, Source, claim_of, missing, negations, source_of
 from govrag.validation.report import ClaimCheck, ClaimReport
 
-__all__ = ["check_claims", "split_sentences"]
+__all__ = ["check_claims", "remove_unsupported", "split_sentences"]
 
 # A sentence ends at ".", "!" or "?" followed by whitespace (the end of the text ends one too);
 # a line break always ends one, so bullet lists are checked item by item.
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|[\r\n]+")
+# (Whitespace before a line break stays in the piece, which is stripped: a separator that
+# could start with a run of spaces would make the scan quadratic on long runs.)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|[\r\n]\s*")
+#: A bracket group; whether it is a citation depends on what it names.
+_BRACKET = re.compile(r"\[([^\[\]\n]{1,300})\]")
+#: Bracket groups opening a sentence (they belong to the sentence before, after its stop).
+_LEADING_MARKERS = re.compile(r"(?:\[[^\[\]\n]{1,300}\][ \t]*)+")
+_ID_SHAPED = re.compile(r"\S+")
+_CLAUSE_END = re.compile(r"[;:]\s+|,\s+|(?<=\s)(?:and|but)(?=\s)")
+#: A sentence or clause as the negation check sees it: its analysed terms, its negation count.
+_Polarity = tuple[frozenset[str], int]
 
-# Citation markers the synthesis prompt asks for: "[1]", "[1, 2]", "[doc-id#0]",
-# "[sp:policy-wire-limits-v3#2]". They name a source; they are not part of the claim.
-_CITATION = re.compile(r"\[\s*[\w.:#/@-]+(?:\s*[,;]\s*[\w.:#/@-]+)*\s*\]")
+
+def _spans(answer: str) -> list[tuple[int, int]]:
+    """Where each sentence of ``answer`` is (module docstring), stripped, blanks dropped."""
+    spans: list[tuple[int, int, bool]] = []  # start, end, ended by a line break
+    pos = 0
+    for sep in [*_SENTENCE_END.finditer(answer), None]:
+        end = sep.start() if sep else len(answer)
+        piece = answer[pos:end]
+        start = pos + len(piece) - len(piece.lstrip())
+        stop = pos + len(piece.rstrip())
+        if stop > start:
+            spans.append((start, stop, sep is not None and bool(set(sep.group()) & {"\n", "\r"})))
+        pos = sep.end() if sep else pos
+    out: list[tuple[int, int]] = []
+    for i, (start, stop, _) in enumerate(spans):
+        lead = _LEADING_MARKERS.match(answer, start, stop)
+        if lead and out and not spans[i - 1][2]:
+            # "... per day. [sp:x#0] Next": the markers close the sentence before.
+            marks_end = start + len(lead.group().rstrip())
+            out[-1] = (out[-1][0], marks_end)
+            start = lead.end()
+            if start >= stop:
+                continue
+        out.append((start, stop))
+    return out
 
 
 def split_sentences(answer: str) -> list[str]:
     """Split ``answer`` into sentences as written (stripped; blank pieces dropped)."""
-    return [s for s in (piece.strip() for piece in _SENTENCE_END.split(answer)) if s]
+    return [answer[a:b] for a, b in _spans(answer)]
+
+
+@dataclass(frozen=True)
+class _Evidence:
+    """One handed chunk, analysed once."""
+
+    chunk: PackChunk
+    terms: frozenset[str]
+    source: Source
+    #: Its sentences and its clauses, for the negation check.
+    sentences: tuple[_Polarity, ...]
+    clauses: tuple[_Polarity, ...]
+
+
+def _evidence(chunk: PackChunk) -> _Evidence:
+    analyze = default_analyzer().analyze
+    pieces = split_sentences(chunk.text)
+    source = source_of(chunk.text)
+    for piece in pieces:  # a quoted sentence must find all its facts, whatever its cut
+        source = source | source_of(piece)
+    # Prompts quote a chunk with its line breaks folded, so a model may quote two of its lines
+    # as one sentence: those count as chunk sentences too.
+    folded = [p for p in split_sentences(" ".join(chunk.text.split())) if p not in pieces]
+    return _Evidence(
+        chunk,
+        frozenset(analyze(chunk.text)),
+        source,
+        tuple(_polarity(p) for p in [*pieces, *folded]),
+        tuple(_polarity(c) for p in pieces for c in _clauses(p)),
+    )
+
+
+def _polarity(text: str) -> _Polarity:
+    return frozenset(default_analyzer().analyze(text)), negations(text)
+
+
+def _clauses(text: str) -> list[str]:
+    return [c for c in _CLAUSE_END.split(text) if re.search(r"\w", c)]
 
 
 def check_claims(
     answer: str, chunks: Sequence[PackChunk], *, min_overlap: float = 0.5
 ) -> ClaimReport:
-    """Check every sentence of ``answer`` against ``chunks``.
+    """Check every sentence of ``answer`` against ``chunks`` (module docstring).
 
     Args:
-        answer: the synthesised answer.
-        chunks: the chunks the model was given (normally every chunk of the validated packs).
-        min_overlap: least share (0..1) of a sentence's distinct analysed terms that must occur
-            in one chunk for the sentence to count as supported.
-
-    A sentence without analysed terms (only stopwords, punctuation or citation markers)
-    asserts nothing and is supported. The best chunk is the one with the highest overlap,
-    the first in ``chunks`` on ties.
+        answer: the model's answer, citation markers included.
+        chunks: the chunks handed to the call that wrote it (the validated evidence it may
+            cite); a citation of anything else is forged.
+        min_overlap: least share (0..1) of a sentence's distinct analysed terms that must
+            occur in its chunk(s).
     """
-    analyzer = default_analyzer()
-    # Each chunk is analysed once, not once per sentence.
-    chunk_terms = [(c.chunk_id, frozenset(analyzer.analyze(c.text))) for c in chunks]
+    evidence = [_evidence(c) for c in chunks]
+    by_chunk = {e.chunk.chunk_id: [e] for e in evidence}
+    by_doc: dict[str, list[_Evidence]] = {}
+    for e in evidence:
+        by_doc.setdefault(e.chunk.doc_id, []).append(e)
     claims: list[ClaimCheck] = []
     for sentence in split_sentences(answer):
-        # Markers become a space, not nothing, so "limit[1]applies" cannot fuse into a new word.
-        terms = set(analyzer.analyze(_CITATION.sub(" ", sentence)))
-        if not terms:
-            claims.append(ClaimCheck(sentence=sentence, supported=True, chunk_id=None, overlap=1.0))
+        parts, unknown = _segments(sentence, by_chunk, by_doc)
+        cited = {k: v for _, group in parts for k, v in group.items()}
+        said = [(_said(text, opens=i == 0), group) for i, (text, group) in enumerate(parts)]
+        asserting = [(x, group) for x, group in said if x.asserts]
+        if unknown or not asserting:
+            claims.append(ClaimCheck(
+                sentence=sentence, supported=not unknown, chunk_id=None, overlap=1.0,
+                cited=tuple(cited), unknown=tuple(unknown), asserts=bool(asserting),
+                reason="forged_citation" if unknown else None,
+            ))  # fmt: skip
             continue
-        best_id: str | None = None
-        best = 0.0
-        for chunk_id, have in chunk_terms:
-            overlap = len(terms & have) / len(terms)
-            if overlap > best:  # strict: the first chunk keeps a tie
-                best_id, best = chunk_id, overlap
-        claims.append(
-            ClaimCheck(
-                sentence=sentence, supported=best >= min_overlap, chunk_id=best_id, overlap=best
-            )
-        )
+        if not cited:
+            overlap, chunk_id, lacking, reason = _best(asserting[0][0], evidence, min_overlap)
+        else:
+            # Each cited part answers for itself: the text up to a citation (the rest of the
+            # sentence for the last one) must be supported by the chunks that citation names.
+            verdicts = [_judge(x, list(group.values()), min_overlap) for x, group in asserting]
+            overlap = min(v[0] for v in verdicts)
+            chunk_id = next(iter(cited))
+            lacking = [m for v in verdicts for m in v[2]]
+            reason = next((v[3] for v in verdicts if v[3] is not None), None)
+        claims.append(ClaimCheck(
+            sentence=sentence, supported=reason is None, chunk_id=chunk_id, overlap=overlap,
+            cited=tuple(cited), missing=tuple(lacking), reason=reason,
+        ))  # fmt: skip
     unsupported = tuple(c.sentence for c in claims if not c.supported)
     return ClaimReport(claims=tuple(claims), unsupported=unsupported, all_supported=not unsupported)
+
+
+_Group = dict[str, "_Evidence"]
+
+
+def _segments(
+    sentence: str, by_chunk: dict[str, list[_Evidence]], by_doc: dict[str, list[_Evidence]]
+) -> tuple[list[tuple[str, _Group]], list[str]]:
+    """The sentence cut at its citations: ``(text, the handed chunks cited for it)`` per part,
+    and the cited items that name nothing handed (forged).
+
+    A part is the text before a citation; the text after the last citation joins the last part;
+    citations with only spaces, commas or semicolons between them cite one part together. A
+    sentence without citations is one part citing nothing. Brackets that are not citations stay
+    in the text."""
+    parts: list[tuple[str, _Group]] = []
+    unknown: list[str] = []
+    pos = 0
+    for m in _BRACKET.finditer(sentence):
+        items = [i.strip() for i in re.split(r"[,;]", m.group(1))]
+        found = [by_chunk.get(i) or by_doc.get(i) for i in items]
+        if not any(found) and not all(_ID_SHAPED.fullmatch(i) for i in items if i):
+            continue  # free text in brackets, not a citation
+        group: _Group = {}
+        for item, hits in zip(items, found, strict=True):
+            if hits:
+                group.update((e.chunk.chunk_id, e) for e in hits)
+            elif item:
+                unknown.append(item)
+        before = sentence[pos : m.start()]
+        if parts and re.fullmatch(r"[\s,;]*", before):
+            parts[-1][1].update(group)
+        else:
+            parts.append((before, group))
+        pos = m.end()
+    tail = sentence[pos:]
+    if not parts:
+        return [(sentence, {})], unknown
+    # A space, so "limit[1]applies" cannot fuse into a new word.
+    parts[-1] = (f"{parts[-1][0]} {tail}", parts[-1][1])
+    return parts, unknown
+
+
+@dataclass(frozen=True)
+class _Said:
+    """One answer sentence (or cited part of one), analysed: what the checks compare."""
+
+    terms: frozenset[str]
+    claim: Claim
+    sentence: _Polarity
+    clauses: tuple[_Polarity, ...]
+
+    @property
+    def asserts(self) -> bool:
+        return bool(self.terms) or not self.claim.empty
+
+
+def _said(text: str, *, opens: bool) -> _Said:
+    return _Said(
+        frozenset(default_analyzer().analyze(text)),
+        claim_of(text, opens_sentence=opens),
+        _polarity(text),
+        tuple(_polarity(c) for c in _clauses(text)),
+    )
+
+
+_Judged = tuple[float, str | None, list[str], str | None]
+
+
+def _judge(said: _Said, sources: Sequence[_Evidence], min_overlap: float) -> _Judged:
+    """Overlap, first chunk, missing facts and the reason ``sources`` together do not support
+    the sentence (``None``: they do)."""
+    terms = said.terms
+    have: frozenset[str] = frozenset().union(*(e.terms for e in sources))
+    overlap = len(terms & have) / len(terms) if terms else 1.0
+    source = Source()
+    for e in sources:
+        source = source | e.source
+    lacking = missing(said.claim, source)
+    chunk_id = sources[0].chunk.chunk_id
+    reason: str | None = None
+    if lacking:
+        reason = "missing_facts"
+    elif not _negations_line_up(said, sources):
+        reason = "negation"
+    elif overlap < min_overlap:
+        reason = "low_overlap"
+    return overlap, chunk_id, lacking, reason
+
+
+def _best(said: _Said, evidence: Sequence[_Evidence], min_overlap: float) -> _Judged:
+    """An uncited sentence: the supporting chunk with the most overlap (first on ties), else
+    the verdict of the chunk sharing the most terms (``chunk_id`` ``None`` when none shares
+    any)."""
+    best: _Judged | None = None
+    closest: _Judged = (0.0, None, missing(said.claim, Source()), "no_evidence" if not evidence
+                        else "low_overlap")  # fmt: skip
+    for e in evidence:
+        judged = _judge(said, [e], min_overlap)
+        if judged[3] is None and (best is None or judged[0] > best[0]):
+            best = judged
+        if judged[0] > closest[0]:
+            closest = judged
+    return best or closest
+
+
+def _negations_line_up(said: _Said, sources: Sequence[_Evidence]) -> bool:
+    """The sentence's negations match a best chunk sentence's, or each clause's a best chunk
+    clause's (module docstring)."""
+    sentences = [p for e in sources for p in e.sentences]
+    if _aligned(said.sentence, sentences):
+        return True
+    clauses = [p for e in sources for p in e.clauses]
+    return bool(said.clauses) and all(_aligned(c, clauses) for c in said.clauses)
+
+
+def _aligned(said: _Polarity, units: Iterable[_Polarity]) -> bool:
+    """Whether a unit matching ``said`` best (most shared terms, then fewest terms of its own
+    beyond them) has as many negations."""
+    terms, count = said
+    best: tuple[int, int] | None = None
+    counts: set[int] = set()
+    for have, n in units:
+        key = (len(terms & have), -len(have - terms))
+        if best is None or key > best:
+            best, counts = key, {n}
+        elif key == best:
+            counts.add(n)
+    return count in counts if best is not None else count == 0
+
+
+def remove_unsupported(answer: str, report: ClaimReport) -> str:
+    """``answer`` without its unsupported sentences; each kept sentence keeps the separator
+    (space, line break) that preceded the sentence it follows in the original."""
+    spans = _spans(answer)
+    if len(spans) != len(report.claims):
+        raise ValueError("the report is not a check of this answer")
+    out: list[str] = []
+    for i, ((start, stop), claim) in enumerate(zip(spans, report.claims, strict=True)):
+        if not claim.supported:
+            continue
+        if out:
+            out.append(answer[spans[i - 1][1] : start] or " ")
+        out.append(answer[start:stop])
+    return "".join(out)

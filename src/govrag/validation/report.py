@@ -121,21 +121,39 @@ class ValidationReport(Frozen):
 
 
 class ClaimCheck(Frozen):
-    """One answer sentence and the chunk that best supports it."""
+    """One answer sentence, the chunk(s) it was checked against and the verdict."""
 
     #: The sentence as written (citation markers included).
     sentence: str
     supported: bool
-    #: The best-overlapping chunk; ``None`` if no chunk shares a term or the sentence has none.
+    #: The chunk that supports it (or, unsupported, the one sharing the most terms; the first
+    #: cited one for a cited sentence); ``None`` if no chunk shares a term or it asserts nothing.
     chunk_id: str | None
-    #: Share (0..1) of the sentence's distinct analysed terms found in that chunk.
+    #: Share (0..1) of the sentence's distinct analysed terms found in that chunk (in its cited
+    #: chunks together for a cited sentence).
     overlap: float
+    #: The handed chunks it cites.
+    cited: tuple[str, ...] = ()
+    #: Cited items naming no chunk handed to the call (forged citations).
+    unknown: tuple[str, ...] = ()
+    #: Facts it asserts that the chunk(s) do not hold (``amount EUR 5000000``, ``name acme``).
+    missing: tuple[str, ...] = ()
+    #: Why it is unsupported: ``forged_citation``, ``missing_facts``, ``negation``,
+    #: ``low_overlap``, ``no_evidence``; ``None`` when supported.
+    reason: str | None = None
+    #: ``False`` for a sentence with no analysed term and no fact ("Sources:").
+    asserts: bool = True
 
 
 class ClaimReport(Frozen):
-    """The post-synthesis claim check of one answer."""
+    """The claim check of one answer (:func:`~govrag.validation.check_claims`)."""
 
     claims: tuple[ClaimCheck, ...] = ()
     #: The unsupported sentences' texts, in answer order.
     unsupported: tuple[str, ...] = ()
     all_supported: bool = True
+
+    @property
+    def grounded(self) -> bool:
+        """Whether some sentence that asserts something is supported by a chunk it cites."""
+        return any(c.supported and c.cited and c.asserts for c in self.claims)
