@@ -53,7 +53,7 @@ def request(
 def test_the_seed_worked_example(pdp: CedarPDP) -> None:
     allow = pdp.decide(request("policy-engine"))
     assert (allow.verdict, allow.reason, allow.policy_version) == (
-        "ALLOW", "allowed", "pgar.retrieval.corpus/v2",
+        "ALLOW", "allowed", "pgar.retrieval.corpus/v3",
     )  # fmt: skip
     deny = pdp.decide(request("hr-policies"))
     assert (deny.verdict, deny.reason) == ("DENY", "no_entitlement")
