@@ -305,12 +305,12 @@ class Orchestrator:
     def _list_corpora(self, run: Run, tool: Tool) -> str:
         """The route's corpora the caller may list, each its own decision; a corpus the PDP
         denies is not named at all."""
-        catalog: dict[str, str] = {}
+        catalog: list[dict[str, str]] = []
 
         def describe(corpus: str) -> str:
             if not catalog:  # read once, and only after an ALLOW
-                catalog.update(self.catalog(run.principal.tenant))
-            return catalog.get(corpus, "")
+                catalog.append(dict(self.catalog(run.principal.tenant)))
+            return catalog[0].get(corpus, "")
 
         listed = []
         for corpus in run.session.retrieval.scope:

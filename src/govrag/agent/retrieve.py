@@ -9,6 +9,11 @@ documents exist. Results of the ALLOWed corpora are merged by score.
 Then the app's second gate runs: validation (scope, sufficiency, attribution) of the packs
 against the question and the pinned route. Its report travels with the result; a pack with a
 scope violation is never handed out (the violation is audited as an incident).
+
+Once the session is open, the request runs inside :meth:`GovernedSearch.trail`: if anything
+fails after that (a search, validation), an ``error`` event closes its audit trail before the
+error propagates. :meth:`GovernedSearch.run_tool` is the same PEP gate for proposals that do
+not search (listing a corpus, describing a document, a tool of kind ``other``).
 """
 
 from __future__ import annotations
