@@ -69,7 +69,7 @@ def test_search_json_is_exactly_one_document(deployment: Path) -> None:
                             "validation"}  # fmt: skip
     packs = payload["packs"]
     assert [p["corpus"] for p in packs] == ["policy-engine", "ops-runbooks"]  # the ALLOWed ones
-    assert all(p["policy_version"] == "pgar.retrieval.corpus/v2" for p in packs)
+    assert all(p["policy_version"] == "pgar.retrieval.corpus/v3" for p in packs)
     assert all(p["pack_token_count"] <= p["token_budget"] for p in packs)
     assert sorted(c["chunk_id"] for p in packs for c in p["chunks"]) == sorted(
         r["chunk_id"] for r in payload["results"])  # fmt: skip
@@ -87,7 +87,7 @@ def test_search_json_is_exactly_one_document(deployment: Path) -> None:
         ("risk-models", "DENY", "no_entitlement"),
         ("ops-runbooks", "ALLOW", "allowed"),
     ]
-    assert {d["policy_version"] for d in payload["decisions"]} == {"pgar.retrieval.corpus/v2"}
+    assert {d["policy_version"] for d in payload["decisions"]} == {"pgar.retrieval.corpus/v3"}
     assert all(d["audit_id"] for d in payload["decisions"])
     assert set(payload["results"][0]) == {
         "doc_id",
@@ -154,7 +154,7 @@ def test_a_denied_corpus_is_reported_not_searched(deployment: Path) -> None:
     done = search(deployment, "credit model", "--as", "ben", "--corpus", "risk-models",
                   "--corpus", "payroll")  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert "DENY risk-models: no entitlement (pgar.retrieval.corpus/v2, audit " in done.stdout
+    assert "DENY risk-models: no entitlement (pgar.retrieval.corpus/v3, audit " in done.stdout
     assert "DENY payroll: out of scope (audit aud-" in done.stdout
     assert "credit-model" not in done.stdout
     assert "request req-" in done.stderr and "route search" in done.stderr

@@ -63,7 +63,8 @@ def print_answer(answer: Answer, out: Console) -> None:
               f"{answer.route_id} (pattern {answer.pattern})", highlight=False)  # fmt: skip
     for d in answer.decisions:
         if d.verdict != "ALLOW":
-            out.print(f"[red]DENY[/] {d.corpus}: {d.reason.replace('_', ' ')} "
+            what = d.corpus if d.kind == "retrieve" else f"{d.action} on {d.corpus}"
+            out.print(f"[red]DENY[/] {what}: {d.reason.replace('_', ' ')} "
                       f"(audit {d.audit_id})", highlight=False)  # fmt: skip
     label = "[yellow]abstained[/]" if answer.abstained else "[green]answer[/]"
     why = f" ({answer.reason.replace('_', ' ')})" if answer.reason else ""
@@ -116,7 +117,8 @@ def print_replay(r: Replay, out: Console) -> None:
                   highlight=False)  # fmt: skip
     for d in r.decisions:
         out.print(f"[bold]Policy:[/] {d['policy_version']} -> {d['verdict']} ({d['reason']}) "
-                  f"on {d['resource']} (audit {d['audit_id']})", highlight=False)  # fmt: skip
+                  f"on {d['action']} {d['resource']} (audit {d['audit_id']})",
+                  highlight=False)  # fmt: skip
     out.print(f"[bold]Verdict before search?[/] {'yes' if r.verdict_before_search else 'NO'}")
     for p in r.model_saw:
         chunks = ", ".join(f"{c['chunk_id']} ({c['score']:.3f})" for c in p["chunks"]) or "none"
@@ -131,8 +133,16 @@ def print_replay(r: Replay, out: Console) -> None:
             out.print(f"[bold]Hidden-item marker:[/] {state}: {escape(contacts)}",
                       highlight=False)  # fmt: skip
     delivered = r.delivered
+    if r.error is not None:
+        e = r.error
+        message = e.get("message")
+        shown = message if isinstance(message, str) else (message or {}).get("prefix", "")
+        out.print(f"[bold]Ended:[/] [red]failed[/] during {escape(str(e.get('stage')))} "
+                  f"({escape(str(e.get('error_type')))}: {escape(str(shown))})",
+                  highlight=False)  # fmt: skip
     if delivered is None:
-        out.print("[bold]Delivered:[/] (a retrieval without an answer)")
+        out.print("[bold]Delivered:[/] nothing" if r.error is not None
+                  else "[bold]Delivered:[/] (a retrieval without an answer)")  # fmt: skip
     else:
         what = (
             f"abstained: {delivered['reason']}"

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from govrag.agent import GovernedSearch
 from govrag.agent.extractive import ExtractiveResponder
+from govrag.agent.limits import RequestLimits
 from govrag.agent.llm import LlmClient
 from govrag.agent.orchestrator import Orchestrator
 from govrag.audit.anchor import AuditVerification, CheckpointRun, checkpoint_now, verify_anchored
@@ -111,7 +112,8 @@ class Deployment:
         store.observe_audit(self.checkpointer.observe)
         for corpus_id, corpus in self.settings.corpora.items():
             if corpus.description:
-                store.describe_corpus(self.settings.default_tenant, corpus_id, corpus.description)
+                owner = corpus.tenant or self.settings.default_tenant
+                store.describe_corpus(owner, corpus_id, corpus.description)
         return store
 
     @cached_property
@@ -220,6 +222,9 @@ class Deployment:
                 budget=self.settings.search.marker_budget,
                 window_hours=self.settings.search.marker_window_hours,
             ),
+            # A corpus belongs to one tenant: its own setting, else the deployment's.
+            corpus_tenants={cid: c.tenant for cid, c in self.settings.corpora.items() if c.tenant},
+            default_tenant=self.settings.default_tenant,
         )
 
     @cached_property
@@ -251,7 +256,7 @@ class Deployment:
             is_empty=self.store.is_empty,
             record_access=self.store.record_access,
             strategy=self.settings.search.default_strategy,
-            max_steps=self.settings.llm.max_steps,
+            limits=RequestLimits.from_settings(self.settings.llm),
             claim_min_overlap=self.settings.validation.claim_min_overlap,
             unsupported_claims=self.settings.validation.unsupported_claims,
         )

@@ -129,6 +129,9 @@ class CorpusSettings(_Section):
     #: The corpus as a whole: a caller needs at least this clearance to search it at all
     #: (the PDP's classification rule). Each document's own classification still applies.
     classification: Classification = Classification.PUBLIC
+    #: The tenant that owns the corpus (default: ``default_tenant``). The PDP's tenant rule
+    #: denies it to callers of any other tenant (reason ``tenant``).
+    tenant: str | None = Field(default=None, min_length=1, max_length=256)
 
     @field_validator("classification", mode="before")
     @classmethod
@@ -235,6 +238,16 @@ class LlmSettings(_Section):
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     #: Most model calls of one request (a Pattern 1 loop ends there).
     max_steps: int = Field(default=6, ge=1, le=50)
+    #: Most tool calls of one model reply that run; the rest are refused (and audited).
+    max_tool_calls_per_reply: int = Field(default=8, ge=1, le=256)
+    #: Most tool calls of one request that run; past it tools are refused and no longer
+    #: offered, so the model has to answer.
+    max_tool_calls: int = Field(default=24, ge=1, le=1000)
+    #: Longest question ``ask`` accepts, in characters (it is also the default search
+    #: query, itself at most 4,096); a longer one is refused before anything is recorded.
+    max_question_chars: int = Field(default=4000, ge=1, le=4096)
+    #: Longest caller-supplied text (``ask --text``) accepted, in characters.
+    max_text_chars: int = Field(default=200_000, ge=1, le=10_000_000)
 
     @field_validator("base_url")
     @classmethod

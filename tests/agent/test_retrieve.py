@@ -92,7 +92,7 @@ def test_the_seed_worked_example(dep: Deployment) -> None:
         ("secret", "ALLOW", "allowed"),
     ]
     assert {h.doc_id for h in result.results} == {"wire", "vault"}
-    assert [d.policy_version for d in result.decisions] == ["pgar.retrieval.corpus/v2"] * 3
+    assert [d.policy_version for d in result.decisions] == ["pgar.retrieval.corpus/v3"] * 3
     # Scores merge across corpora: highest first.
     assert [h.score for h in result.results] == sorted((h.score for h in result.results),
                                                        reverse=True)  # fmt: skip
@@ -132,7 +132,7 @@ def test_each_corpus_is_one_audited_decision_committed_before_its_search(
         "query": "wire",
     }
     assert [s["chunk_id"] for s in record["sources"]] == [c.chunk_id for c in pack.chunks]
-    assert record["policy_version"] == pack.policy_version == "pgar.retrieval.corpus/v2"
+    assert record["policy_version"] == pack.policy_version == "pgar.retrieval.corpus/v3"
     assert record["pack_token_count"] == pack.pack_token_count <= pack.token_budget
     assert {e.session_id for e in events} == {result.session_id}
     first = events[1].payload

@@ -53,7 +53,7 @@ def request(
 def test_the_seed_worked_example(pdp: CedarPDP) -> None:
     allow = pdp.decide(request("policy-engine"))
     assert (allow.verdict, allow.reason, allow.policy_version) == (
-        "ALLOW", "allowed", "pgar.retrieval.corpus/v2",
+        "ALLOW", "allowed", "pgar.retrieval.corpus/v3",
     )  # fmt: skip
     deny = pdp.decide(request("hr-policies"))
     assert (deny.verdict, deny.reason) == ("DENY", "no_entitlement")
@@ -167,3 +167,23 @@ def test_a_pdp_fault_is_deny(monkeypatch: pytest.MonkeyPatch, fault: str) -> Non
     assert (decision.verdict, decision.reason) == ("DENY", "policy_error")
     assert ("no decision within" if fault == "hangs" else "engine exploded") in decision.detail
     p.close()
+
+
+@pytest.mark.parametrize(
+    ("action", "kind", "resource_type", "verdict"),
+    [
+        ("policy_search", "retrieve", "corpus", "ALLOW"),  # any search action, by its group
+        ("list_corpora", "list", "corpus", "ALLOW"),
+        ("get_document_metadata", "metadata", "corpus", "ALLOW"),
+        ("draft_memo", "other", "tool", "DENY"),  # default deny: no permit for side tools
+        ("retrieve_documents", "other", "tool", "DENY"),  # a search name does not help a tool
+    ],
+)
+def test_actions_are_decided_by_their_kinds_group(
+    pdp: CedarPDP, action: str, kind: str, resource_type: str, verdict: str
+) -> None:
+    body = request(action=action).model_dump(mode="json")
+    body["kind"] = kind
+    if resource_type == "tool":
+        body["resource"] = {"type": "tool", "id": action, "tenant": "bank-eu"}
+    assert pdp.decide(SaracRequest.model_validate(body)).verdict == verdict

@@ -108,7 +108,7 @@ def test_decision_table(
     assert record["verdict"] == verdict and record["resource"] == corpus
     assert record["downstream_called"] is False
     assert record["policy_version"] == (
-        "none" if reason == "out_of_scope" else "pgar.retrieval.corpus/v2"
+        "none" if reason == "out_of_scope" else "pgar.retrieval.corpus/v3"
     )
     # Searched exactly when allowed, and only after the ALLOW was committed.
     assert spy.calls == (verdict == "ALLOW") and done.result == ("results" if spy.calls else None)
@@ -144,7 +144,7 @@ def test_pep_verdicts_equal_cedar_on_random_requests(tmp_path: Path) -> None:
             expected = False
         else:
             sarac = pep._decide(principal, Retrieval(mode="tool", scope=scope), proposal, "r")
-            assert sarac.policy_version == "pgar.retrieval.corpus/v2"
+            assert sarac.policy_version == "pgar.retrieval.corpus/v3"
             request = SaracRequest.model_validate({
                 "subject": {"sub": principal.sub, "tenant": principal.tenant,
                             "roles": principal.roles,

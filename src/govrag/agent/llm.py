@@ -9,8 +9,11 @@ has no way to receive them.
 
 A reply carries the model's proposals, never executed calls: the orchestrator checks each
 against the manifest and its schema, and the PEP decides it. Arguments the model sent as
-malformed JSON are kept raw (``arguments`` is then ``None``) so the app can refuse them
-cleanly and tell the model why.
+malformed JSON (or nested past the parser's depth) are kept raw (``arguments`` is then
+``None``) so the app can refuse them cleanly and tell the model why. Whatever an adapter
+returns, :meth:`LlmReply.screened` (applied to every reply before the app reads it) makes its
+text, call ids, tool names and raw arguments valid, bounded text, so nothing a model sends can
+make a message, an audit event or the next payload unwritable.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from govrag.audit.trail import safe_text
 
 #: A chat message (see the module docstring).
 Message = dict[str, Any]
@@ -39,10 +44,23 @@ class ToolCall:
         """A call from the model's raw argument text (malformed JSON kept, not raised)."""
         try:
             value = json.loads(raw) if raw.strip() else {}
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
             value = None
         return cls(id=id, name=name, arguments=value if isinstance(value, dict) else None,
                    raw_arguments=raw)  # fmt: skip
+
+    def screened(self) -> ToolCall:
+        """This call with its id, name and raw arguments as valid text of bounded length
+        (lone surrogates escaped); the parsed arguments are left for the proposal check."""
+        raw = self.raw_arguments
+        if not raw and self.arguments is not None:
+            try:
+                raw = json.dumps(self.arguments, sort_keys=True)
+            except (TypeError, ValueError, RecursionError):
+                raw = "<arguments that are not JSON>"
+        return ToolCall(id=_bounded(self.id, MAX_ID_CHARS), name=_bounded(self.name, MAX_ID_CHARS),
+                        arguments=self.arguments,
+                        raw_arguments=_bounded(raw, MAX_RAW_ARGUMENT_CHARS))  # fmt: skip
 
     def as_message(self) -> dict[str, Any]:
         """This call as an entry of an assistant message's ``tool_calls``."""
@@ -59,6 +77,23 @@ class LlmReply:
     tool_calls: tuple[ToolCall, ...] = field(default_factory=tuple)
     #: The adapter's model identifier (recorded in the trace).
     model: str = ""
+
+    def screened(self) -> LlmReply:
+        """This reply as the app may handle it: valid text, every call :meth:`ToolCall.screened`."""
+        return LlmReply(text=_bounded(self.text, None), model=_bounded(self.model, MAX_ID_CHARS),
+                        tool_calls=tuple(c.screened() for c in self.tool_calls))  # fmt: skip
+
+
+#: Longest tool call id or tool name kept (manifest names are at most 128 characters).
+MAX_ID_CHARS = 256
+#: Longest raw argument text kept; the proposal check refuses far shorter arguments anyway.
+MAX_RAW_ARGUMENT_CHARS = 65_536
+
+
+def _bounded(text: object, limit: int | None) -> str:
+    """``text`` as valid UTF-8 text (lone surrogates escaped), cut at ``limit`` characters."""
+    value = text if isinstance(text, str) else str(text)
+    return safe_text(value[:limit] if limit is not None else value)
 
 
 class LlmClient(Protocol):

@@ -13,6 +13,15 @@ infers the mode from the prompt or from what the model asks for (seed 003):
   then returned as the observation. Refusals are observations too: the loop goes on.
 - a workflow (Patterns 2 and 3): see :mod:`govrag.agent.workflow`.
 
+Every proposal, whatever its tool, gets its own PEP decision with the tool's ``pdp_action``,
+committed before the tool runs (DESIGN.md invariant 7): ``list_corpora`` one per corpus of
+the route's scope (it lists only the ALLOWed ones), ``get_document_metadata`` one on the
+document's corpus (only documents of this request's validated evidence are described), any
+other tool one on the tool itself (its executor runs only after an ALLOW). The request is
+bounded (:mod:`govrag.agent.limits`): the caller's input is checked before anything is
+recorded, tool calls are capped per reply and per request, and once its session is open a
+request that fails still closes its audit trail with an ``error`` event.
+
 When the tenant's store is empty, no search tool is offered and no search is made: the model
 answers from general knowledge and the answer is marked ungrounded. What the caller sent (the
 question, ``text``) reaches a model only fenced as untrusted data (:func:`prompts.caller_message`).
@@ -30,19 +39,23 @@ import hashlib
 import json
 import logging
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any, Literal
 
 from govrag.agent import prompts
 from govrag.agent.answer import Answer, cited
-from govrag.agent.llm import LlmClient, Message
+from govrag.agent.limits import RequestLimits
+from govrag.agent.llm import LlmClient, Message, ToolCall
 from govrag.agent.retrieve import GovernedSearch, merged_hidden
 from govrag.agent.run import PREFETCH, Run, ToolExecutor, denied_or
+from govrag.audit.trail import recorded, safe_text
 from govrag.errors import InputError, LlmError
 from govrag.policy.pep import Proposal
 from govrag.routes.models import Tool
 from govrag.routes.payload import check_proposal, offered_tools, tool_schemas
-from govrag.types import Principal, Strategy
+from govrag.routes.session import Session
+from govrag.types import PackChunk, Principal, Strategy
 from govrag.validation import AuditSink, ClaimReport, check_claims, remove_unsupported
 
 log = logging.getLogger("govrag.agent")
@@ -66,7 +79,7 @@ class Orchestrator:
         executors: Mapping[str, ToolExecutor] | None = None,
         strategy: Strategy = Strategy.HYBRID,
         top_k: int = 8,
-        max_steps: int = 6,
+        limits: RequestLimits | None = None,
         claim_min_overlap: float = 0.5,
         unsupported_claims: Literal["remove", "abstain"] = "remove",
     ) -> None:
@@ -79,7 +92,7 @@ class Orchestrator:
         self.executors = dict(executors or {})
         self.strategy = strategy
         self.top_k = top_k
-        self.max_steps = max_steps
+        self.limits = limits or RequestLimits()
         self.claim_min_overlap = claim_min_overlap
         self.unsupported_claims = unsupported_claims
 
@@ -98,12 +111,24 @@ class Orchestrator:
     ) -> Answer:
         """Answer ``question`` as ``principal``; ``text`` is caller-supplied material (the
         e-mail to summarise, the contract to review), never searched."""
-        if not question.strip():
-            raise InputError("question is blank; ask something")
+        # Before anything is recorded: an unacceptable input opens no session, writes nothing.
+        self.limits.check_input(question, text)
         request_id = f"req-{secrets.token_hex(8)}"
         session = self.governed.session(
             principal, request_id=request_id, route_id=route_id, session_id=session_id
         )
+        with self.governed.trail(principal, session, request_id) as where:
+            return self._answer(principal, question, text, session, request_id, where)
+
+    def _answer(
+        self,
+        principal: Principal,
+        question: str,
+        text: str | None,
+        session: Session,
+        request_id: str,
+        where: dict[str, str],
+    ) -> Answer:
         route = self.governed.route_of(session)
         run = Run(
             self.governed,
@@ -116,7 +141,7 @@ class Orchestrator:
             request_id,
             strategy=self.strategy,
             top_k=self.top_k,
-            max_steps=self.max_steps,
+            max_steps=self.limits.max_steps,
         )
         mode = session.retrieval.mode
         workflow = self.config.workflows.get(route.workflow_id) if route.workflow_id else None
@@ -128,6 +153,7 @@ class Orchestrator:
         else:
             pattern = "0" if mode == "deterministic_prefetch" else "1"
         run.trace.update({"pattern": pattern, "mode": mode, "llm": self.llm.name})
+        where["stage"] = f"pattern {pattern}"
         try:
             if not grounded:
                 reply, reason = self._ungrounded(run, text, mode == "none"), None
@@ -142,6 +168,7 @@ class Orchestrator:
         except LlmError as exc:
             log.error("request %s: the model failed: %s", request_id, exc)
             reply, reason = f"The model could not answer: {exc}", "llm_error"
+        where["stage"] = "delivery"
         return self._deliver(run, pattern, reply, reason, grounded)
 
     # -- patterns ----------------------------------------------------------------------------
@@ -175,7 +202,9 @@ class Orchestrator:
         reply_text = ""
         first = len(run.evidence)  # this loop's messages hold exactly the evidence after it
         while run.steps_left:
-            reply = run.call_model(messages, tool_schemas(tools), stage="loop")
+            # Once the request's tool calls are spent, nothing is offered: the model answers.
+            offered = tools if run.tool_calls < self.limits.max_tool_calls else []
+            reply = run.call_model(messages, tool_schemas(offered), stage="loop")
             if not reply.tool_calls:
                 reply_text = run.drafted(reply.text, run.evidence[first:])
                 break
@@ -196,88 +225,140 @@ class Orchestrator:
         manifest = self.config.manifests.get(run.route.tool_manifest)
         return offered_tools(manifest, run.session.retrieval, allowlist=allowlist)
 
-    def observe(self, run: Run, tools: list[Tool], calls: Any) -> list[Message]:
+    def observe(self, run: Run, tools: list[Tool], calls: Sequence[ToolCall]) -> list[Message]:
         """Check, decide and run the model's proposals; one tool message per call."""
-        results: dict[str, str] = {}
-        retrieves: list[tuple[str, Proposal]] = []
-        for call in calls:
+        results: list[str] = ["" for _ in calls]
+        runnable, excess = self.limits.admit(calls, run.tool_calls)
+        run.tool_calls += len(runnable)
+        retrieves: list[tuple[int, Proposal]] = []
+        for i, call in enumerate(runnable):
             try:
                 if call.arguments is None:
                     raise InputError(f"arguments of {call.name!r} are not a JSON object")
                 checked = check_proposal(tools, call.name, call.arguments)
+                corpus = checked.corpus
+                if checked.tool.kind == "metadata":
+                    corpus = self._document(run, checked.arguments).corpus
             except InputError as exc:
-                run.record(
-                    "proposal",
-                    {
-                        "tool": call.name,
-                        "accepted": False,
-                        "error": str(exc),
-                        "arguments": call.raw_arguments[:2000],
-                    },
-                )
-                results[call.id] = prompts.refusal(error=str(exc))
+                run.record("proposal", {"tool": recorded(call.name), "accepted": False,
+                                        "error": recorded(str(exc)),
+                                        "arguments": recorded(call.raw_arguments)})  # fmt: skip
+                results[i] = prompts.refusal(error=str(exc))
                 continue
+            run.record("proposal", {"tool": call.name, "accepted": True,
+                                    "arguments": recorded(checked.arguments),
+                                    "corpus": corpus})  # fmt: skip
+            if checked.tool.kind == "retrieve" and corpus is not None:
+                retrieves.append((i, Proposal(tool=checked.tool.name, action=checked.action,
+                                              corpus=corpus, query=checked.query)))  # fmt: skip
+            else:
+                results[i] = self._run_tool(run, checked.tool, checked.arguments)
+        if excess:  # never run; one audit event, however many there were
+            error = self.limits.cap_message(run.tool_calls)
             run.record(
                 "proposal",
                 {
-                    "tool": call.name,
-                    "accepted": True,
-                    "arguments": checked.arguments,
-                    "corpus": checked.corpus,
+                    "tool": "*",
+                    "accepted": False,
+                    "error": error,
+                    "calls": len(excess),
+                    "arguments": recorded(sorted({c.name for c in excess})),
                 },
             )
-            if checked.tool.kind == "retrieve" and checked.corpus is not None:
-                retrieves.append(
-                    (
-                        call.id,
-                        Proposal(
-                            tool=checked.tool.name,
-                            action=checked.action,
-                            corpus=checked.corpus,
-                            query=checked.query,
-                        ),
-                    )
-                )
-            else:
-                results[call.id] = self._run_tool(run, checked.tool, checked.arguments)
-        for (call_id, _), outcome in zip(
-            retrieves, run.retrieve([p for _, p in retrieves]), strict=True
-        ):
+            results[len(runnable) :] = [prompts.refusal(error=error)] * len(excess)
+        outcomes = run.retrieve([p for _, p in retrieves])
+        for (i, _), outcome in zip(retrieves, outcomes, strict=True):
             if outcome.pack is None:
-                results[call_id] = prompts.refusal(
+                results[i] = prompts.refusal(
                     corpus=outcome.corpus, verdict=outcome.decision.verdict, reason=outcome.refused
                 )
             else:
                 p = outcome.pack
-                results[call_id] = prompts.pack_observation(p.context_pack_id, p.corpus, p.chunks)
-        return [{"role": "tool", "tool_call_id": c.id, "content": results[c.id]} for c in calls]
+                results[i] = prompts.pack_observation(p.context_pack_id, p.corpus, p.chunks)
+        return [{"role": "tool", "tool_call_id": c.id, "content": r}
+                for c, r in zip(calls, results, strict=True)]  # fmt: skip
 
     def _run_tool(self, run: Run, tool: Tool, arguments: dict[str, Any]) -> str:
+        """A tool that does not search, PEP-gated like a retrieve: each decision is committed
+        before the tool runs, and a DENY is a refusal observation."""
         if tool.kind == "list":
-            known = dict(self.catalog(run.principal.tenant))
-            corpora = [
-                {"corpus": c, "description": known.get(c, "")} for c in run.session.retrieval.scope
-            ]
-            return json.dumps({"corpora": corpora})
+            return self._list_corpora(run, tool)
         if tool.kind == "metadata":
-            doc_id = arguments.get("doc_id")
-            found = [(p, c) for p, c in run.evidence if c.doc_id == doc_id]
-            if not found:  # only documents already in validated evidence are described
-                return prompts.refusal(error=f"no document {doc_id!r} in this request's evidence")
-            pack_id, c = found[0]
-            return json.dumps(
-                {
-                    "doc_id": c.doc_id,
-                    "corpus": c.corpus,
-                    "source_system": c.source_system,
-                    "context_pack_id": pack_id,
-                    "chunks": len(found),
-                }
-            )
+            try:
+                chunk = self._document(run, arguments)
+            except InputError as exc:
+                return prompts.refusal(error=str(exc))
+            proposal = Proposal(tool=tool.name, action=tool.pdp_action, corpus=chunk.corpus,
+                                kind="metadata")  # fmt: skip
+            return self._gated(run, proposal, lambda: self._describe(run, chunk))
         executor = self.executors.get(tool.name)
-        if executor is None:
-            return prompts.refusal(error=f"tool {tool.name!r} has no executor in this runtime")
-        return executor(arguments)
+
+        def execute() -> str:
+            if executor is None:
+                return prompts.refusal(error=f"tool {tool.name!r} has no executor in this runtime")
+            return executor(arguments)
+
+        other = Proposal(tool=tool.name, action=tool.pdp_action, corpus=None, kind="other")
+        return self._gated(run, other, execute)
+
+    def _gated(self, run: Run, proposal: Proposal, downstream: Callable[[], str]) -> str:
+        decision, result = self.governed.run_tool(
+            run.principal, run.session, proposal, downstream, run.request_id
+        )
+        run.decisions.append(decision)
+        if result is None:
+            return prompts.refusal(corpus=proposal.corpus, verdict=decision.verdict,
+                                   reason=decision.reason)  # fmt: skip
+        return result
+
+    def _list_corpora(self, run: Run, tool: Tool) -> str:
+        """The route's corpora the caller may list, each its own decision; a corpus the PDP
+        denies is not named at all."""
+        catalog: list[dict[str, str]] = []
+
+        def describe(corpus: str) -> str:
+            if not catalog:  # read once, and only after an ALLOW
+                catalog.append(dict(self.catalog(run.principal.tenant)))
+            return catalog[0].get(corpus, "")
+
+        listed = []
+        for corpus in run.session.retrieval.scope:
+            proposal = Proposal(tool=tool.name, action=tool.pdp_action, corpus=corpus,
+                                kind="list")  # fmt: skip
+            decision, about = self.governed.run_tool(
+                run.principal, run.session, proposal, partial(describe, corpus), run.request_id
+            )
+            run.decisions.append(decision)
+            if about is not None:
+                listed.append({"corpus": corpus, "description": about})
+        return json.dumps({"corpora": listed})
+
+    @staticmethod
+    def _document(run: Run, arguments: dict[str, Any]) -> PackChunk:
+        """The document ``get_document_metadata`` names: only documents already in this
+        request's validated evidence are described (the binding of its corpus)."""
+        doc_id = arguments.get("doc_id")
+        found = next((c for _, c in run.evidence if c.doc_id == doc_id), None)
+        if found is None:
+            shown = safe_text(str(doc_id))[:128]
+            raise InputError(
+                f"no document {shown!r} in this request's evidence; only documents a search "
+                "of this request returned are described"
+            )
+        return found
+
+    @staticmethod
+    def _describe(run: Run, chunk: PackChunk) -> str:
+        found = [(p, c) for p, c in run.evidence if c.doc_id == chunk.doc_id]
+        return json.dumps(
+            {
+                "doc_id": chunk.doc_id,
+                "corpus": chunk.corpus,
+                "source_system": chunk.source_system,
+                "context_pack_id": found[0][0],
+                "chunks": len(found),
+            }
+        )
 
     def synthesize(self, run: Run, text: str | None) -> str:
         """One call with no tools, answering only from the validated evidence."""

@@ -9,19 +9,26 @@ documents exist. Results of the ALLOWed corpora are merged by score.
 Then the app's second gate runs: validation (scope, sufficiency, attribution) of the packs
 against the question and the pinned route. Its report travels with the result; a pack with a
 scope violation is never handed out (the violation is audited as an incident).
+
+Once the session is open, the request runs inside :meth:`GovernedSearch.trail`: if anything
+fails after that (a search, validation), an ``error`` event closes its audit trail before the
+error propagates. :meth:`GovernedSearch.run_tool` is the same PEP gate for proposals that do
+not search (listing a corpus, describing a document, a tool of kind ``other``).
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
+from govrag.audit.trail import closing_trail
 from govrag.errors import InputError, NotFoundError, describe_validation
-from govrag.policy.pep import PolicyEnforcementPoint, Proposal
+from govrag.policy.pep import Enforced, PolicyEnforcementPoint, Proposal
 from govrag.routes.models import Route
 from govrag.routes.session import Session, Sessions
 from govrag.types import (
@@ -36,6 +43,8 @@ from govrag.types import (
 )
 from govrag.validation import ValidationReport, Validator
 
+T = TypeVar("T")
+
 #: The tool a caller-made retrieve stands for; its ``pdp_action`` comes from the route's
 #: manifest when the manifest lists it.
 RETRIEVE_TOOL = "retrieve_documents"
@@ -43,13 +52,18 @@ RETRIEVE_TOOL = "retrieve_documents"
 
 @dataclass(frozen=True)
 class CorpusDecision:
-    """The PEP's decision on one corpus, as the caller may see it."""
+    """The PEP's decision on one proposal's resource, as the caller may see it."""
 
     audit_id: str | None
+    #: The corpus decided on (for a tool of kind ``other``: the tool's name).
     corpus: str
     verdict: str
     policy_version: str
     reason: str
+    #: The proposed tool's kind (``retrieve``, ``list``, ``metadata``, ``other``).
+    kind: str = "retrieve"
+    #: Its ``pdp_action``.
+    action: str = RETRIEVE_TOOL
 
 
 @dataclass(frozen=True)
@@ -138,17 +152,28 @@ class GovernedSearch:
         session = self.session(
             principal, request_id=request_id, route_id=route_id, session_id=session_id
         )
-        route = self.route_of(session)
-        action = self.retrieve_action(route)
-        targets = corpora if corpora is not None else session.retrieval.scope
-        done: list[tuple[CorpusDecision, ContextPack | None]] = []
-        for corpus in dict.fromkeys(targets):  # each corpus once, in the caller's order
-            proposal = Proposal(tool=RETRIEVE_TOOL, action=action, corpus=corpus, query=query)
-            done.append(self.retrieve(principal, session, proposal, request, request_id))
-        packs = [p for _, p in done if p is not None]
-        report, packs = self.validate(principal, query, packs, session,
-                                      [d for d, _ in done], request_id)  # fmt: skip
-        return _merge(request, request_id, session, [d for d, _ in done], packs, report)
+        with self.trail(principal, session, request_id) as where:
+            route = self.route_of(session)
+            action = self.retrieve_action(route)
+            targets = corpora if corpora is not None else session.retrieval.scope
+            done: list[tuple[CorpusDecision, ContextPack | None]] = []
+            where["stage"] = "retrieve"
+            for corpus in dict.fromkeys(targets):  # each corpus once, in the caller's order
+                proposal = Proposal(tool=RETRIEVE_TOOL, action=action, corpus=corpus, query=query)
+                done.append(self.retrieve(principal, session, proposal, request, request_id))
+            packs = [p for _, p in done if p is not None]
+            where["stage"] = "validation"
+            report, packs = self.validate(principal, query, packs, session,
+                                          [d for d, _ in done], request_id)  # fmt: skip
+            return _merge(request, request_id, session, [d for d, _ in done], packs, report)
+
+    def trail(
+        self, principal: Principal, session: Session, request_id: str
+    ) -> AbstractContextManager[dict[str, str]]:
+        """The request's boundary once its session is open: a failure inside is recorded as
+        an ``error`` event before it propagates (:func:`govrag.audit.trail.closing_trail`)."""
+        return closing_trail(self.sessions.store, principal.tenant, request_id=request_id,
+                             session_id=session.session_id)  # fmt: skip
 
     def retrieve_action(self, route: Route) -> str:
         """The PDP action of the route's ``retrieve_documents`` tool (its own name when the
@@ -187,14 +212,31 @@ class GovernedSearch:
             session_id=session.session_id,
             policy_profile=route.policy_profile,
         )
-        decision = CorpusDecision(
-            audit_id=enforced.audit_id,
-            corpus=proposal.corpus,
-            verdict=enforced.decision.verdict,
-            policy_version=enforced.decision.policy_version,
-            reason=enforced.decision.reason,
+        return _decision(proposal, enforced), enforced.result
+
+    def run_tool(
+        self,
+        principal: Principal,
+        session: Session,
+        proposal: Proposal,
+        downstream: Callable[[], T],
+        request_id: str,
+    ) -> tuple[CorpusDecision, T | None]:
+        """One PEP-gated proposal of a tool that does not search (``list_corpora`` on one
+        corpus, ``get_document_metadata``, a tool of kind ``other``): ``downstream`` runs
+        only after a committed ALLOW."""
+        route = self.route_of(session)
+        enforced = self.pep.enforce(
+            principal,
+            session.retrieval,
+            proposal,
+            lambda _decision: downstream(),
+            route_id=session.route_id,
+            request_id=request_id,
+            session_id=session.session_id,
+            policy_profile=route.policy_profile,
         )
-        return decision, enforced.result
+        return _decision(proposal, enforced), enforced.result
 
     def validate(
         self,
@@ -221,6 +263,18 @@ class GovernedSearch:
         if report.scope_violation_count:
             return report, [p.model_copy(update={"chunks": ()}) for p in packs]
         return report, list(packs)
+
+
+def _decision(proposal: Proposal, enforced: Enforced[Any]) -> CorpusDecision:
+    return CorpusDecision(
+        audit_id=enforced.audit_id,
+        corpus=proposal.resource,
+        verdict=enforced.decision.verdict,
+        policy_version=enforced.decision.policy_version,
+        reason=enforced.decision.reason,
+        kind=proposal.kind,
+        action=proposal.action,
+    )
 
 
 def _merge(

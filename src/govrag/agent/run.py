@@ -4,7 +4,8 @@ A :class:`Run` owns everything a request accumulates (PEP decisions, packs, vali
 evidence, the trace) and the two governed moves every pattern is made of:
 
 - :meth:`Run.call_model`: one LLM call, its payload hashed into the audit log first
-  (``llm_call``); nothing about the caller or the policy is in the payload;
+  (``llm_call``); nothing about the caller or the policy is in the payload, and the reply is
+  screened (:meth:`~govrag.agent.llm.LlmReply.screened`) before anything reads it;
 - :meth:`Run.retrieve`: PEP -> gateway -> validation for a batch of one-corpus retrieves; only
   validated packs become evidence the model may see.
 
@@ -40,7 +41,8 @@ def payload_hash(messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -
         separators=(",", ":"),
         ensure_ascii=False,
     )
-    return hashlib.sha256(body.encode()).hexdigest()
+    # surrogatepass: the same bytes as UTF-8 for any valid text, and no crash for the rest.
+    return hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @dataclass
@@ -77,6 +79,7 @@ class Run:
     strategy: Strategy = Strategy.HYBRID
     top_k: int = 8
     max_steps: int = 6
+    #: Every PEP decision of the request, in order (retrieves and other tools alike).
     decisions: list[CorpusDecision] = field(default_factory=list)
     #: Per retrieve, in order: the trace fields of seed 003 (proposal, corpus, verdict, pack).
     retrievals: list[dict[str, Any]] = field(default_factory=list)
@@ -85,6 +88,8 @@ class Run:
     evidence: list[tuple[str, PackChunk]] = field(default_factory=list)
     validations: list[ValidationReport] = field(default_factory=list)
     steps: int = 0
+    #: Tool calls of the model that were run (checked, decided) so far.
+    tool_calls: int = 0
     trace: dict[str, Any] = field(default_factory=dict)
     #: The latest reply that may be delivered (see :meth:`drafted`).
     draft: Draft | None = None
@@ -118,7 +123,7 @@ class Run:
                 "tools": [t["name"] for t in tools],
             },
         )
-        return self.llm.complete(messages, tools)
+        return self.llm.complete(messages, tools).screened()
 
     def drafted(self, text: str, evidence: Sequence[tuple[str, PackChunk]]) -> str:
         """Keep ``text`` (a non-empty model reply) as the draft answer, with the validated
@@ -176,20 +181,21 @@ class Run:
                 "validation_passed": report.validation_passed if shown and report else None,
             })  # fmt: skip
             if shown is None:
-                out.append(Retrieved(proposal.corpus, decision, None, decision.reason))
+                out.append(Retrieved(proposal.resource, decision, None, decision.reason))
                 continue
             assert report is not None
             if not report.validation_passed:
-                out.append(Retrieved(proposal.corpus, decision, None, report.reason))
+                out.append(Retrieved(proposal.resource, decision, None, report.reason))
                 continue
             self.evidence.extend((shown.context_pack_id, c) for c in shown.chunks)
-            out.append(Retrieved(proposal.corpus, decision, shown))
+            out.append(Retrieved(proposal.resource, decision, shown))
         return out
 
 
 def denied_or(run: Run, fallback: str) -> str:
     """``denied`` when every retrieve of the request was refused, else ``fallback``."""
-    if run.decisions and all(d.verdict != "ALLOW" for d in run.decisions):
+    retrieves = [d for d in run.decisions if d.kind == "retrieve"]
+    if retrieves and all(d.verdict != "ALLOW" for d in retrieves):
         return "denied"
     return fallback
 

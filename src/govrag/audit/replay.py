@@ -1,7 +1,8 @@
 """Examiner replay: answer the six questions about a request from its audit records alone.
 
 Seed 003's table: who asked (sub, session), what was proposed, which policy decided, the
-verdict before search, what the model saw, what was delivered. No chat transcript, no
+verdict before search, what the model saw, what was delivered, and, for a request that
+failed, how it ended (its ``error`` event: where, and which error). No chat transcript, no
 store tables besides the audit log: every answer here is read from events of the hash-chained
 log, and the chain is verified as part of the replay.
 """
@@ -40,6 +41,8 @@ class Replay:
     delivered: dict[str, Any] | None
     chain_ok: bool
     incidents: list[dict[str, Any]] = field(default_factory=list)
+    #: How a request that failed ended: its ``error`` event (stage, error type, message).
+    error: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -60,7 +63,7 @@ def replay(log: AuditReader, tenant: str, request_id: str) -> Replay:
     for e in events:
         by_kind.setdefault(e.kind, []).append(e)
     decisions = [{"audit_id": e.event_id, "seq": e.seq, **_pick(e.payload, "resource",
-                  "verdict", "reason", "policy_version", "action", "tool", "query")}
+                  "verdict", "reason", "policy_version", "action", "kind", "tool", "query")}
                  for e in by_kind.get("pep_decision", [])]  # fmt: skip
     allow_seq = {d["audit_id"]: d["seq"] for d in decisions if d["verdict"] == "ALLOW"}
     passed: dict[str, bool] = {}
@@ -99,7 +102,7 @@ def replay(log: AuditReader, tenant: str, request_id: str) -> Replay:
             "retrieval": first.get("retrieval"),
         },
         proposed=[
-            _pick(e.payload, "tool", "accepted", "arguments", "corpus", "error")
+            _pick(e.payload, "tool", "accepted", "arguments", "corpus", "error", "calls")
             for e in by_kind.get("proposal", [])
         ]
         or [{"tool": d["tool"], "corpus": d["resource"], "query": d["query"]} for d in decisions],
@@ -126,6 +129,7 @@ def replay(log: AuditReader, tenant: str, request_id: str) -> Replay:
         else None,
         chain_ok=log.verify_audit(tenant).ok,
         incidents=[e.payload for e in by_kind.get("incident", [])],
+        error=errors[-1].payload if (errors := by_kind.get("error")) else None,
     )
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from govrag.policy.sarac import Decision, Reason, SaracRequest
 from govrag.routes.config import DEFAULT_BUNDLE, PolicyBundle, default_bundle
+from govrag.routes.models import ACTION_GROUP_PREFIX
 
 log = logging.getLogger("govrag.policy")
 __all__ = ["DEFAULT_BUNDLE", "CedarPDP", "cedar_request", "default_bundle", "entities"]
@@ -25,30 +26,39 @@ DEFAULT_TIMEOUT_S = 2.0
 _REASONS: set[str] = {"no_entitlement", "tenant", "classification"}
 
 
+#: The Cedar type of each SARAC resource type.
+RESOURCE_TYPES = {"corpus": "Corpus", "tool": "Tool"}
+
+
+def action_group(kind: str) -> str:
+    """The Cedar action every action of a tool of ``kind`` is a member of."""
+    return f"{ACTION_GROUP_PREFIX}{kind}"
+
+
 def entities(request: SaracRequest) -> list[dict[str, Any]]:
-    """The Cedar entities of a request: the caller and the corpus."""
+    """The Cedar entities of a request: the caller, the resource (a corpus or a tool), and the
+    action as a member of its kind's group, so a policy can permit every search action
+    (``retrieve_documents``, ``policy_search``, ...) as ``action in Action::"kind:retrieve"``."""
     s, r = request.subject, request.resource
-    return [
-        {
-            "uid": {"type": "User", "id": s.sub},
-            "attrs": {
-                "tenant": s.tenant,
-                "roles": list(s.roles),
-                "doc_entitlements": list(s.doc_entitlements),
-                "clearance": int(s.clearance),
-            },
-            "parents": [],
+    user = {
+        "uid": {"type": "User", "id": s.sub},
+        "attrs": {
+            "tenant": s.tenant,
+            "roles": list(s.roles),
+            "doc_entitlements": list(s.doc_entitlements),
+            "clearance": int(s.clearance),
         },
-        {
-            "uid": {"type": "Corpus", "id": r.id},
-            "attrs": {
-                "tenant": r.tenant,
-                "read_entitlement": f"{r.id}:read",
-                "classification": int(r.classification),
-            },
-            "parents": [],
-        },
-    ]
+        "parents": [],
+    }
+    attrs: dict[str, Any] = {"tenant": r.tenant}
+    if r.type == "corpus":
+        attrs |= {"read_entitlement": f"{r.id}:read", "classification": int(r.classification)}
+    resource = {"uid": {"type": RESOURCE_TYPES[r.type], "id": r.id}, "attrs": attrs,
+                "parents": []}  # fmt: skip
+    group = {"type": "Action", "id": action_group(request.kind)}
+    action = {"uid": {"type": "Action", "id": request.action}, "attrs": {}, "parents": [group]}
+    # (Manifests cannot name a ``kind:`` action, so an action is never its own group.)
+    return [user, resource, action, {"uid": group, "attrs": {}, "parents": []}]
 
 
 def cedar_request(request: SaracRequest) -> dict[str, Any]:
@@ -57,7 +67,7 @@ def cedar_request(request: SaracRequest) -> dict[str, Any]:
         # Entity references as objects, not ``Type::"id"`` text: no escaping to get wrong.
         "principal": {"type": "User", "id": request.subject.sub},
         "action": {"type": "Action", "id": request.action},
-        "resource": {"type": "Corpus", "id": request.resource.id},
+        "resource": {"type": RESOURCE_TYPES[request.resource.type], "id": request.resource.id},
         "context": {
             "query": request.context.query,
             "classification_ceiling": int(request.context.classification_ceiling),

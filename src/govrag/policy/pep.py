@@ -1,13 +1,20 @@
-"""The policy enforcement point: decide, commit the audit record, then (only on ALLOW) search.
+"""The policy enforcement point: decide, commit the audit record, then (only on ALLOW) run.
 
-One operation, so no caller can search without a committed ALLOW (DESIGN.md invariant 2):
+One operation, so no caller can search, list or run a tool without a committed ALLOW
+(DESIGN.md invariants 2 and 7). Every proposal goes through it, whatever its tool's kind:
+a retrieve (downstream: the gateway), ``list_corpora`` (one decision per corpus it would
+describe), ``get_document_metadata`` (the document's corpus) and any other tool (the tool
+itself is the resource), each with its manifest ``pdp_action``:
 
-1. The proposed corpus must be in the session's pinned route scope; otherwise DENY
-   (``out_of_scope``) without asking the PDP.
-2. Otherwise the Cedar PDP decides the SARAC request built from the verified claims.
+1. A corpus must be in the session's pinned route scope; otherwise DENY (``out_of_scope``)
+   without asking the PDP.
+2. Otherwise the Cedar PDP decides the SARAC request built from the verified claims and the
+   deployment's facts about the corpus: the tenant that owns it (``[corpora.<id>] tenant``,
+   default ``default_tenant``), so the tenant rule compares two independent facts, and its
+   classification.
 3. The decision is committed to the audit log (``audit_id``, ``verdict``, ``policy_version``,
    ``resource``, ``downstream_called: false``) before anything else happens. If that write
-   fails, the result is DENY and nothing is searched.
+   fails, the result is DENY and nothing runs.
 4. On ALLOW, and only then, the downstream call runs.
 
 Every fault on this path (bad input, PDP error, audit failure) is a DENY, never an exception
@@ -24,12 +31,13 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
 
+from govrag.audit.trail import recorded
 from govrag.errors import GovragError, describe_validation
 from govrag.gateway import ContextPack, Gateway
 from govrag.policy.marker import MarkerGate
 from govrag.policy.pdp import CedarPDP
 from govrag.policy.sarac import Decision, SaracRequest
-from govrag.routes.models import Retrieval
+from govrag.routes.models import Retrieval, ToolKind
 from govrag.store.protocol import KnowledgeStore
 from govrag.types import Classification, Principal, SearchRequest
 
@@ -42,13 +50,20 @@ NO_POLICY = "none"
 
 @dataclass(frozen=True)
 class Proposal:
-    """One retrieve, already checked against the manifest: one corpus, one query."""
+    """One proposed tool call, already checked against the manifest: one resource."""
 
     tool: str
     #: The tool's ``pdp_action`` (``retrieve_documents``, ``policy_search``, ...).
     action: str
-    corpus: str
-    query: str
+    #: The corpus it touches; ``None`` for a tool of kind ``other`` (the tool is the resource).
+    corpus: str | None
+    query: str = ""
+    kind: ToolKind = "retrieve"
+
+    @property
+    def resource(self) -> str:
+        """What the decision is about: the corpus, or the tool's name."""
+        return self.tool if self.kind == "other" else str(self.corpus)
 
 
 @dataclass(frozen=True)
@@ -77,7 +92,11 @@ class PolicyEnforcementPoint:
         default_profile: str | None = None,
         corpus_classification: Mapping[str, Classification] | None = None,
         markers: MarkerGate | None = None,
+        corpus_tenants: Mapping[str, str] | None = None,
+        default_tenant: str | None = None,
     ) -> None:
+        """``corpus_tenants`` names the tenant owning a corpus; any other corpus belongs to
+        ``default_tenant`` (``None``: to the caller's tenant, so the tenant rule cannot deny)."""
         self.pdps = {pdp.bundle.name: pdp} if isinstance(pdp, CedarPDP) else dict(pdp)
         self.default_profile = default_profile or next(iter(self.pdps), "")
         self.audit = audit
@@ -85,6 +104,12 @@ class PolicyEnforcementPoint:
         self.corpus_classification = dict(corpus_classification or {})
         #: Audits each hidden-item marker a pack would carry and applies the budget.
         self.markers = markers or MarkerGate(audit)
+        self.corpus_tenants = dict(corpus_tenants or {})
+        self.default_tenant = default_tenant
+
+    def owner(self, corpus: str, principal: Principal) -> str:
+        """The tenant that owns ``corpus``."""
+        return self.corpus_tenants.get(corpus) or self.default_tenant or principal.tenant
 
     def retrieve(
         self,
@@ -105,13 +130,16 @@ class PolicyEnforcementPoint:
         gateway = self.gateway
         if gateway is None:
             raise GovragError("this PolicyEnforcementPoint has no gateway to forward to")
+        corpus = proposal.corpus
+        if proposal.kind != "retrieve" or corpus is None:
+            raise GovragError(f"proposal of tool {proposal.tool!r} is not a corpus retrieve")
         done = self.enforce(
             principal,
             retrieval,
             proposal,
             lambda decision: gateway.retrieve(
                 principal,
-                proposal.corpus,
+                corpus,
                 request,
                 policy_version=decision.policy_version,
                 session_id=session_id,
@@ -156,16 +184,19 @@ class PolicyEnforcementPoint:
         policy_profile: str | None = None,
     ) -> Enforced[T]:
         """Decide, commit the decision, and run ``downstream(decision)`` only after a
-        committed ALLOW."""
+        committed ALLOW. Whatever ``downstream`` runs (a search, a listing, a tool), this is
+        the only way to it."""
         decision = self._decide(principal, retrieval, proposal, route_id, policy_profile)
         record: dict[str, object] = {
             "verdict": decision.verdict,
             "reason": decision.reason,
             "policy_version": decision.policy_version,
-            "resource": proposal.corpus,
+            "resource": proposal.resource,
+            "resource_type": "tool" if proposal.kind == "other" else "corpus",
             "action": proposal.action,
+            "kind": proposal.kind,
             "tool": proposal.tool,
-            "query": proposal.query,
+            "query": recorded(proposal.query),
             "sub": principal.sub,
             "route_id": route_id,
             "downstream_called": False,
@@ -180,7 +211,7 @@ class PolicyEnforcementPoint:
             )
         except Exception as exc:  # no committed record: nothing may be searched
             log.error("audit write failed, denying %s on %s: %s", principal.sub,
-                      proposal.corpus, exc)  # fmt: skip
+                      proposal.resource, exc)  # fmt: skip
             failed = Decision("DENY", "policy_error", decision.policy_version,
                               f"the decision could not be recorded: {exc}")  # fmt: skip
             return Enforced(failed, None)
@@ -197,13 +228,25 @@ class PolicyEnforcementPoint:
         policy_profile: str | None = None,
     ) -> Decision:
         try:
-            if retrieval.mode == "none" or proposal.corpus not in retrieval.scope:
+            corpus = proposal.corpus
+            resource: dict[str, object]
+            if proposal.kind == "other":
+                # A tool that touches no corpus: the manifest offering it is its scope.
+                resource = {"type": "tool", "id": proposal.tool, "tenant": principal.tenant}
+            elif retrieval.mode == "none" or corpus is None or corpus not in retrieval.scope:
                 return Decision(
                     "DENY",
                     "out_of_scope",
                     NO_POLICY,
-                    f"corpus {proposal.corpus!r} is not in the scope of route {route_id!r}",
+                    f"corpus {corpus!r} is not in the scope of route {route_id!r}",
                 )
+            else:
+                resource = {
+                    "type": "corpus",
+                    "id": corpus,
+                    "tenant": self.owner(corpus, principal),
+                    "classification": self.corpus_classification.get(corpus, Classification.PUBLIC),
+                }
             profile = policy_profile or self.default_profile
             pdp = self.pdps.get(profile)
             if pdp is None:
@@ -219,14 +262,8 @@ class PolicyEnforcementPoint:
                         "clearance": principal.clearance,
                     },
                     "action": proposal.action,
-                    "resource": {
-                        "type": "corpus",
-                        "id": proposal.corpus,
-                        "tenant": principal.tenant,
-                        "classification": self.corpus_classification.get(
-                            proposal.corpus, Classification.PUBLIC
-                        ),
-                    },
+                    "kind": proposal.kind,
+                    "resource": resource,
                     "context": {
                         "query": proposal.query,
                         "classification_ceiling": principal.clearance,
@@ -250,7 +287,7 @@ def pack_record(
         "context_pack_id": pack.context_pack_id,
         "corpus": pack.corpus,
         "retrieve_proposal": {"tool": proposal.tool, "corpus": proposal.corpus,
-                              "query": proposal.query},
+                              "query": recorded(proposal.query)},
         "pep_verdict": done.decision.verdict,
         "pep_audit_id": done.audit_id,
         "policy_version": pack.policy_version,

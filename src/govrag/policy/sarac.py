@@ -1,8 +1,10 @@
 """The SARAC request the PEP sends the PDP, and the decision it gets back (seed 003).
 
-subject (who: sub, roles, doc entitlements, tenant, clearance), action (``retrieve_documents``
-or a search tool's ``pdp_action``), resource (one corpus), context (query, classification
-ceiling, route). The model never carries a token or policy text.
+subject (who: sub, roles, doc entitlements, tenant, clearance), action (the proposed tool's
+``pdp_action``: ``retrieve_documents``, ``policy_search``, ``list_corpora``, ...; with the
+tool's kind, which is the action's group in Cedar), resource (one corpus, or for a tool that
+touches no corpus the tool itself), context (query, classification ceiling, route). The model
+never carries a token or policy text.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from govrag.routes.models import Ident
+from govrag.routes.models import Ident, ToolKind
 from govrag.types import Classification
 
 Verdict = Literal["ALLOW", "DENY"]
@@ -40,10 +42,17 @@ class Subject(_Model):
     clearance: Classification = Classification.PUBLIC
 
 
+#: What a proposed tool does (its manifest ``kind``); in Cedar, its action is a member of
+#: ``Action::"kind:<kind>"``.
+ActionKind = ToolKind
+
+
 class Resource(_Model):
-    type: Literal["corpus"] = "corpus"
+    #: ``corpus`` for retrieve, list and metadata tools; ``tool`` for a tool of kind other.
+    type: Literal["corpus", "tool"] = "corpus"
     id: Ident
-    #: The tenant the corpus belongs to.
+    #: The tenant that owns the corpus (the deployment's ``[corpora.<id>] tenant``); a tool
+    #: serves every tenant, so it is the caller's.
     tenant: str = Field(min_length=1, max_length=256)
     #: Least clearance the corpus requires (from the deployment's ``[corpora.<id>]``).
     classification: Classification = Classification.PUBLIC
@@ -58,6 +67,8 @@ class RequestContext(_Model):
 class SaracRequest(_Model):
     subject: Subject
     action: Ident
+    #: The group of ``action`` (the proposed tool's kind).
+    kind: ActionKind = "retrieve"
     resource: Resource
     context: RequestContext = RequestContext()
 
@@ -66,7 +77,7 @@ class SaracRequest(_Model):
 class Decision:
     verdict: Verdict
     reason: Reason
-    #: The bundle that decided, e.g. ``pgar.retrieval.corpus/v2`` (``none`` without a PDP call).
+    #: The bundle that decided, e.g. ``pgar.retrieval.corpus/v3`` (``none`` without a PDP call).
     policy_version: str
     #: For operators and the audit log (an error message, the policies that matched).
     detail: str = ""

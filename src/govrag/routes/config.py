@@ -62,7 +62,7 @@ class PolicyBundle:
 
     @property
     def policy_version(self) -> str:
-        """What decisions record, e.g. ``pgar.retrieval.corpus/v2``."""
+        """What decisions record, e.g. ``pgar.retrieval.corpus/v3``."""
         return f"{self.name}/{self.version}"
 
 

@@ -66,6 +66,8 @@ class Route(_Model):
 
 
 ToolKind = Literal["retrieve", "list", "metadata", "other"]
+#: Cedar action ids ``kind:<kind>`` group the actions of each tool kind (the PDP's entities).
+ACTION_GROUP_PREFIX = "kind:"
 
 
 class Tool(_Model):
@@ -81,6 +83,16 @@ class Tool(_Model):
     kind: ToolKind = "other"
     #: A corpus the tool is bound to; its calls target it whatever the arguments say.
     corpus: Ident | None = None
+
+    @field_validator("pdp_action")
+    @classmethod
+    def _not_a_group(cls, value: str) -> str:
+        if value.startswith(ACTION_GROUP_PREFIX):
+            raise ValueError(
+                f"{value!r} starts with {ACTION_GROUP_PREFIX!r}, which names govrag's action "
+                "groups in Cedar (kind:retrieve, ...); name the tool's own action"
+            )
+        return value
 
 
 class Manifest(_Model):

@@ -4,12 +4,17 @@ The payload carries each offered tool's name, description and parameter schema, 
 else: no ``pdp_action``, ``risk_tier``, bound corpus, token, role, entitlement or policy text
 (seed 003, step 2). Retrieve tools are offered only on ``tool`` routes; a prefetch route's
 model never sees them (and cannot propose them). A proposal is checked against the same
-offer: the tool must be offered, its arguments must validate against its schema, and the
-corpus is bound from the tool (if bound) or the arguments.
+offer: the tool must be offered, its arguments must be plain, bounded JSON (an object nested
+at most :data:`MAX_ARGUMENT_DEPTH` deep, at most :data:`MAX_ARGUMENT_CHARS` characters, valid
+text without NUL, finite numbers) and validate against its schema, and the corpus is bound
+from the tool (if bound) or the arguments. Anything else a model sends is an
+:class:`InputError`, i.e. a refused proposal, never a crash further down.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -58,6 +63,56 @@ class CheckedProposal:
         return self.tool.pdp_action
 
 
+#: Deepest nesting of a proposal's arguments (the object itself is level 1).
+MAX_ARGUMENT_DEPTH = 16
+#: Longest a proposal's arguments may be, in characters of their JSON.
+MAX_ARGUMENT_CHARS = 16_384
+
+
+def check_arguments(name: str, arguments: Any) -> None:
+    """Refuse arguments that are not plain, bounded JSON (see the module docstring). Walks
+    the value without recursion, so no nesting depth can exhaust the stack."""
+    if not isinstance(arguments, dict):
+        raise InputError(f"arguments of {name!r} must be a JSON object")
+    stack: list[tuple[Any, str, int]] = [(arguments, "(arguments)", 1)]
+    while stack:
+        value, where, depth = stack.pop()
+        if depth > MAX_ARGUMENT_DEPTH:
+            raise InputError(f"arguments of {name!r}: {where}: nested deeper than "
+                             f"{MAX_ARGUMENT_DEPTH} levels; send flat arguments")  # fmt: skip
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise InputError(f"arguments of {name!r}: {where}: a key is not a string")
+                _check_string(name, f"{where} key", key)
+                shown = key if len(key) <= 32 else f"{key[:32]}..."
+                stack.append((item, shown if where == "(arguments)" else f"{where}.{shown}",
+                              depth + 1))  # fmt: skip
+        elif isinstance(value, list):
+            stack.extend((item, f"{where}[{i}]", depth + 1) for i, item in enumerate(value))
+        elif isinstance(value, str):
+            _check_string(name, where, value)
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise InputError(f"arguments of {name!r}: {where}: {value} is not a finite number")
+        elif value is not None and not isinstance(value, bool | int | float):
+            raise InputError(f"arguments of {name!r}: {where}: a {type(value).__name__} is "
+                             "not a JSON value")  # fmt: skip
+    size = len(json.dumps(arguments, ensure_ascii=False))
+    if size > MAX_ARGUMENT_CHARS:
+        raise InputError(f"arguments of {name!r} are {size:,} characters long; the limit is "
+                         f"{MAX_ARGUMENT_CHARS:,}: send shorter arguments")  # fmt: skip
+
+
+def _check_string(name: str, where: str, value: str) -> None:
+    if "\x00" in value:
+        raise InputError(f"arguments of {name!r}: {where}: contains a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(f"arguments of {name!r}: {where}: is not valid Unicode text (a lone "
+                         "surrogate); send UTF-8 text") from None  # fmt: skip
+
+
 def check_proposal(tools: Sequence[Tool], name: str, arguments: Any) -> CheckedProposal:
     """Validate a model's proposal against the offered tools; :class:`InputError` otherwise."""
     from jsonschema import Draft202012Validator
@@ -65,9 +120,9 @@ def check_proposal(tools: Sequence[Tool], name: str, arguments: Any) -> CheckedP
     tool = next((t for t in tools if t.name == name), None)
     if tool is None:
         offered = ", ".join(repr(t.name) for t in tools) or "none"
-        raise InputError(f"tool {name!r} is not offered on this route (offered: {offered})")
-    if not isinstance(arguments, dict):
-        raise InputError(f"arguments of {name!r} must be a JSON object")
+        shown = repr(name[:64] + ("..." if len(name) > 64 else ""))
+        raise InputError(f"tool {shown} is not offered on this route (offered: {offered})")
+    check_arguments(name, arguments)
     errors = sorted(
         Draft202012Validator(tool.parameters).iter_errors(arguments), key=lambda e: list(e.path)
     )

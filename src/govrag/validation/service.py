@@ -21,6 +21,7 @@ import math
 from collections.abc import Collection, Sequence
 from typing import Any, Protocol
 
+from govrag.audit.trail import recorded
 from govrag.settings import ValidationSettings
 from govrag.store.analyzer import default_analyzer
 from govrag.types import ContextPack, Principal
@@ -215,7 +216,7 @@ class Validator:
             "reason": report.reason,
             "context_pack_ids": [p.context_pack_id for p in packs],
             "sufficiency": report.sufficiency.model_dump(mode="json"),
-            "question": question,
+            "question": recorded(question),  # bounded, like every recorded query
         }
         audit.append_audit(
             tenant, "validation", payload, request_id=request_id, session_id=session_id
