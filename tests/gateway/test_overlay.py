@@ -34,7 +34,9 @@ def bank(sqlite_store: KnowledgeStore) -> KnowledgeStore:
 
 def memory(content: str = "the customer confirmed the wire transfer limit is EUR 20,000",
            **kw: object) -> ControlledWriteBackStore:  # fmt: skip
-    store = ControlledWriteBackStore.enabled(allowed_agents=["agent-1"], clock=lambda: NOW)
+    store = ControlledWriteBackStore.enabled(
+        allowed_agents=["agent-1"], tenants={"t1"}, clock=lambda: NOW
+    )
     candidate = WriteBackCandidate(
         scope=RetrievalScope("t1", SESSION), source_turn_id="turn-7", agent_id="agent-1",
         gate=AdmissionGate.USER_CONFIRMED, content=content, confidence=0.9,
