@@ -149,6 +149,7 @@ class Deployment:
             overlay=self.writeback,
             token_budget=g.token_budget,
             candidates=g.candidates,
+            duplicate_jaccard=g.duplicate_jaccard,
         )
 
     @cached_property
