@@ -54,6 +54,7 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 def _store(audit_log: list[dict[str, Any]]) -> ControlledWriteBackStore:
     return ControlledWriteBackStore.enabled(
         allowed_agents=[AGENT],
+        tenants={"bench"},
         clock=lambda: T0,
         audit=lambda tenant, session, payload: audit_log.append(payload),
     )

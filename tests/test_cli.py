@@ -97,7 +97,10 @@ def test_search_json_is_exactly_one_document(deployment: Path) -> None:
         "score",
         "text",
         "token_count",
+        "origin",
+        "writeback",
     }
+    assert (payload["results"][0]["origin"], payload["results"][0]["writeback"]) == ("source", None)
     assert "policy-wire-limits-v3" not in done.stdout  # Ben may not read it ...
     assert payload["hidden"] == {  # ... but learns whom to ask
         "present": True,

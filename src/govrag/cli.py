@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from govrag.store.protocol import KnowledgeStore
 
 from govrag.errors import GovragError, InputError
-from govrag.types import Strategy
+from govrag.types import ChunkOrigin, Strategy
 
 app = typer.Typer(
     name="govrag",
@@ -206,8 +206,9 @@ def _print_result(result: GovernedResult) -> None:
         out.print(f"no results you may read in {', '.join(allowed)}")
     for rank, hit in enumerate(result.results, start=1):
         snippet = " ".join(hit.text.split())[:160]
+        where = hit.corpus if hit.origin is ChunkOrigin.SOURCE else "session memory"
         out.print(
-            f"{rank:>2}. [bold]{hit.doc_id}[/] ({hit.corpus}, {hit.source_system}) "
+            f"{rank:>2}. [bold]{hit.doc_id}[/] ({where}, {hit.source_system}) "
             f"score {hit.score:.4f}\n    {snippet}",
             highlight=False,
         )

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from govrag.cli import DeploymentOpt, JsonOpt, _deployment, _emit, _guard, app, err
+from govrag.types import ChunkOrigin
 
 if TYPE_CHECKING:
     from govrag.agent.answer import Answer
@@ -72,7 +73,8 @@ def print_answer(answer: Answer, out: Console) -> None:
     if not answer.grounded:
         out.print("[yellow]note:[/] not based on the organisation's documents", highlight=False)
     for c in answer.citations:
-        out.print(f"  source: [bold]{c.doc_id}[/] ({c.corpus}, {c.source_system}) {c.chunk_id}",
+        where = c.corpus if c.origin is ChunkOrigin.SOURCE else "session memory"
+        out.print(f"  source: [bold]{c.doc_id}[/] ({where}, {c.source_system}) {c.chunk_id}",
                   highlight=False)  # fmt: skip
     if answer.hint:
         out.print(f"[yellow]hint:[/] {escape(answer.hint)}", highlight=False)
@@ -123,7 +125,8 @@ def print_replay(r: Replay, out: Console) -> None:
     for p in r.model_saw:
         chunks = ", ".join(f"{c['chunk_id']} ({c['score']:.3f})" for c in p["chunks"]) or "none"
         ok = "validated" if p["validation_passed"] else "NOT validated (withheld from the model)"
-        out.print(f"[bold]Model saw:[/] {p['context_pack_id']} {p['corpus']} {ok}: {chunks}",
+        where = "session memory" if p.get("origin") == "session_memory" else p["corpus"]
+        out.print(f"[bold]Model saw:[/] {p['context_pack_id']} {where} {ok}: {chunks}",
                   highlight=False)  # fmt: skip
         marker = p.get("hidden_marker")
         if marker:
@@ -131,6 +134,10 @@ def print_replay(r: Replay, out: Console) -> None:
             contacts = ", ".join(f"{s['source_system']} {s['author_email'] or '(no contact)'}"
                                  for s in marker["sources"])  # fmt: skip
             out.print(f"[bold]Hidden-item marker:[/] {state}: {escape(contacts)}",
+                      highlight=False)  # fmt: skip
+        if p.get("unchecked"):
+            out.print(f"  not checked at a source: {len(p['unchecked'])} chunk(s) "
+                      f"({', '.join(sorted({u['reason'] for u in p['unchecked']}))})",
                       highlight=False)  # fmt: skip
     delivered = r.delivered
     if r.error is not None:

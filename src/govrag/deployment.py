@@ -159,13 +159,21 @@ class Deployment:
             overlay=self.writeback,
             token_budget=g.token_budget,
             candidates=g.candidates,
+            duplicate_jaccard=g.duplicate_jaccard,
         )
 
     @cached_property
     def writeback(self) -> ControlledWriteBackStore:
         """The write-back store: disabled unless ``[writeback] enabled``; every admission
-        decision is a ``writeback_admission`` audit event (the content only as a hash)."""
+        decision is a ``writeback_admission`` audit event (the content only as a hash).
+
+        Its tenant directory is the truth store: a tenant is known when the store has a row
+        for it (data was ingested for it, or one of its verified principals opened a
+        session). An agent's scope naming any other tenant is refused (``unknown_tenant``)."""
         cfg = self.settings.writeback
+
+        def known_tenant(tenant: str) -> bool:
+            return tenant in self.store.tenants()
 
         def audit(tenant: str, session: str, payload: dict[str, Any]) -> None:
             turn = payload.get("source_turn_id")
@@ -179,7 +187,9 @@ class Deployment:
                                     session_id=session or "none")  # fmt: skip
 
         if cfg.enabled:
-            return ControlledWriteBackStore.enabled(allowed_agents=cfg.allowed_agents, audit=audit)
+            return ControlledWriteBackStore.enabled(
+                allowed_agents=cfg.allowed_agents, tenants=known_tenant, audit=audit
+            )
         return ControlledWriteBackStore.disabled(audit=audit)
 
     @cached_property

@@ -50,7 +50,8 @@ class QueryExpansion(StrEnum):
     NONE = "none"
 
 
-#: ``source_system`` of write-back overlay evidence in hits, packs, citations and replay.
+#: ``source_system`` label of write-back overlay evidence in packs, citations and replay. A label
+#: only: what marks memory is :attr:`ChunkOrigin.SESSION_MEMORY`, which no document can carry.
 WRITEBACK_SOURCE = "writeback"
 #: Source-system names govrag uses itself, refused as a ``source_system`` at ingest (records,
 #: configured sources, the filesystem connector): stored evidence can then never pass for
@@ -76,6 +77,33 @@ def check_source_system(name: str) -> str:
             + "); name the source system that holds the documents instead"
         )  # fmt: skip
     return name
+
+
+#: ``corpus`` of session memory (its pack and chunks): memory belongs to no corpus, and no
+#: corpus id can be empty.
+NO_CORPUS = ""
+
+
+class ChunkOrigin(StrEnum):
+    """Where a hit or pack chunk comes from: a type, not a value data could carry.
+
+    The store and ingest only ever produce ``source`` (the default); only the gateway's
+    write-back overlay code sets ``session_memory``. A document whose ``source_system`` is
+    ``writeback``, whose id looks like a write-back id or whose metadata has ``writeback.*``
+    keys is still a ``source`` chunk: rights-checked at its source, never taken for memory.
+    """
+
+    SOURCE = "source"
+    SESSION_MEMORY = "session_memory"
+
+
+def _check_origin(origin: ChunkOrigin, writeback: dict[str, str] | None) -> None:
+    """Session memory carries its write-back metadata; nothing else carries any."""
+    if (origin is ChunkOrigin.SESSION_MEMORY) != (writeback is not None):
+        raise ValueError(
+            f"origin {origin.value!r} with writeback={writeback!r}: session memory (and only "
+            "session memory) carries its write-back metadata"
+        )
 
 
 class Frozen(BaseModel):
@@ -189,6 +217,15 @@ class SearchHit(Frozen):
     text: str
     #: The document's trust score (0..1, neutral 0.5), recomputed by the Curation Pass.
     trust_score: float = 0.5
+    #: ``source`` for everything the store returns; ``session_memory`` only from the overlay.
+    origin: ChunkOrigin = ChunkOrigin.SOURCE
+    #: A session-memory entry's seed metadata (``writeback.gate``, ``writeback.sourceTurnId``,
+    #: ``writeback.agentId``, ``writeback.confidence``, ``writeback.expiresAt``,
+    #: ``writeback.supersedes``); ``None`` on every other hit.
+    writeback: dict[str, str] | None = None
+
+    def model_post_init(self, __context: object) -> None:
+        _check_origin(self.origin, self.writeback)
 
 
 class HiddenSource(Frozen):
@@ -218,11 +255,27 @@ class SearchResult(Frozen):
 class PackChunk(Frozen):
     doc_id: str
     chunk_id: str
+    #: The chunk's corpus; :data:`NO_CORPUS` for session memory.
     corpus: str
     source_system: str
     text: str
     score: float
     token_count: int
+    #: As :attr:`SearchHit.origin`: ``session_memory`` only in the request's memory pack.
+    origin: ChunkOrigin = ChunkOrigin.SOURCE
+    #: As :attr:`SearchHit.writeback`: the seed metadata of a session-memory entry.
+    writeback: dict[str, str] | None = None
+
+    def model_post_init(self, __context: object) -> None:
+        _check_origin(self.origin, self.writeback)
+
+
+class UncheckedChunk(Frozen):
+    """A packed chunk that no source system's live rights check confirmed, and why."""
+
+    chunk_id: str
+    #: ``session_memory``: the caller's own session's write-back entry (no source to ask).
+    reason: str
 
 
 class Withheld(Frozen):
@@ -247,7 +300,11 @@ class RightsCheckSummary(Frozen):
 
 
 class ContextPack(Frozen):
-    """A bounded, attributable pack of one corpus: what validation checks and the model sees."""
+    """A bounded, attributable pack of one corpus: what validation checks and the model sees.
+
+    A request may also get one pack of ``origin`` ``session_memory``: its write-back overlay
+    entries, labelled with no corpus (:data:`NO_CORPUS`), every chunk listed in ``unchecked``.
+    """
 
     context_pack_id: str
     corpus: str
@@ -267,3 +324,7 @@ class ContextPack(Frozen):
     rights_checks: tuple[RightsCheckSummary, ...] = ()
     #: The ranked candidates came from the result cache (the rights check still ran).
     cache_hit: bool = False
+    #: ``source``: chunks of ``corpus``; ``session_memory``: the request's write-back entries.
+    origin: ChunkOrigin = ChunkOrigin.SOURCE
+    #: Every packed chunk the live rights check did not confirm at a source, and why.
+    unchecked: tuple[UncheckedChunk, ...] = ()

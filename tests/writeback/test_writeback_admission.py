@@ -11,7 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from wb_helpers import AGENT, SCOPE, T0, Clock, candidate, make_store
+from wb_helpers import AGENT, SCOPE, T0, Clock, candidate, every_tenant, make_store
 
 from govrag.errors import ConfigError
 from govrag.writeback import (
@@ -192,7 +192,11 @@ def test_unexpected_errors_are_rejections() -> None:
         raise RuntimeError("clock down")
 
     for clock in (broken, lambda: NAIVE, lambda: "now"):
-        store = ControlledWriteBackStore.enabled(allowed_agents=[AGENT], clock=clock)  # type: ignore[arg-type]
+        store = ControlledWriteBackStore.enabled(
+            allowed_agents=[AGENT],
+            tenants=every_tenant,
+            clock=clock,  # type: ignore[arg-type]
+        )
         assert store.admit(candidate()).reason is R.UNEXPECTED_ERROR
         # A rule broken before the clock is read still names its own reason.
         assert store.admit(candidate(confidence=2.0)).reason is R.CONFIDENCE_INVALID
@@ -222,19 +226,19 @@ def test_str_subclasses_are_read_once_as_plain_text() -> None:
 
 def test_allow_list_is_validated_when_the_store_is_built() -> None:
     with pytest.raises(ConfigError, match="single string"):
-        ControlledWriteBackStore.enabled(allowed_agents=AGENT)
+        ControlledWriteBackStore.enabled(allowed_agents=AGENT, tenants=every_tenant)
     for bad in ("", "  ", "a" * 257, "\ud800", None):
         with pytest.raises(ConfigError):
-            ControlledWriteBackStore.enabled(allowed_agents=[bad])  # type: ignore[list-item]
+            ControlledWriteBackStore.enabled(allowed_agents=[bad], tenants=every_tenant)  # type: ignore[list-item]
     with pytest.raises(ConfigError):
-        ControlledWriteBackStore.enabled(allowed_agents=[AGENT], clock="now")  # type: ignore[arg-type]
-    empty = ControlledWriteBackStore.enabled(allowed_agents=[])
+        ControlledWriteBackStore.enabled(allowed_agents=[AGENT], tenants=every_tenant, clock="now")  # type: ignore[arg-type]
+    empty = ControlledWriteBackStore.enabled(allowed_agents=[], tenants=every_tenant)
     assert empty.admit(candidate()).reason is R.AGENT_NOT_ALLOWED
     assert make_store(agents=["a", "b"]).allowed_agents == frozenset({"a", "b"})
 
 
 def test_default_clock_is_utc_now() -> None:
-    store = ControlledWriteBackStore.enabled(allowed_agents=[AGENT])
+    store = ControlledWriteBackStore.enabled(allowed_agents=[AGENT], tenants=every_tenant)
     now = datetime.now(UTC)
     assert store.admit(candidate(expires_at=now + timedelta(minutes=5))).admitted
     assert store.admit(candidate(expires_at=now - timedelta(seconds=1))).reason is R.EXPIRED

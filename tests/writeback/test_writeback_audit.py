@@ -7,7 +7,7 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from wb_helpers import AGENT, SCOPE, T0, AuditLog, Clock, candidate, make_store
+from wb_helpers import AGENT, SCOPE, T0, AuditLog, Clock, candidate, every_tenant, make_store
 
 from govrag.writeback import (
     MAX_ENTRIES_PER_SCOPE,
@@ -34,7 +34,9 @@ def test_an_admission_is_audited_before_it_is_searchable() -> None:
         seen_before_index.append(len(store.search(SCOPE, "canary")))
 
     calls: list[tuple[str, str, dict[str, Any]]] = []
-    store = ControlledWriteBackStore.enabled(allowed_agents=[AGENT], clock=Clock(), audit=audit)
+    store = ControlledWriteBackStore.enabled(
+        allowed_agents=[AGENT], tenants=every_tenant, clock=Clock(), audit=audit
+    )
     result = store.admit(candidate(content=CANARY, confidence=0.5))
     assert result.admitted and seen_before_index == [0]
     assert len(store.search(SCOPE, "canary")) == 1

@@ -55,11 +55,16 @@ class AuditLog:
             raise OSError("audit log unavailable")
 
 
+def every_tenant(tenant: str) -> bool:
+    """A tenant directory that knows every tenant: for the tests of the other rules."""
+    return True
+
+
 def make_store(
     clock: Clock | None = None, audit: AuditSink | None = None, agents: Iterable[str] = (AGENT,)
 ) -> ControlledWriteBackStore:
     return ControlledWriteBackStore.enabled(
-        allowed_agents=list(agents), clock=clock or Clock(), audit=audit
+        allowed_agents=list(agents), tenants=every_tenant, clock=clock or Clock(), audit=audit
     )
 
 

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from govrag.agent.retrieve import CorpusDecision
-from govrag.types import ContextPack, HiddenMarker, PackChunk
+from govrag.types import ChunkOrigin, ContextPack, HiddenMarker, PackChunk
 from govrag.validation import ClaimReport, ValidationReport
 
 #: ``[chunk id]`` markers a model cites with (several may share one bracket: ``[a, b]``).
@@ -22,6 +22,10 @@ class Citation:
     corpus: str
     source_system: str
     context_pack_id: str
+    #: ``source`` (a document) or ``session_memory`` (a write-back entry, no corpus).
+    origin: ChunkOrigin = ChunkOrigin.SOURCE
+    #: A cited write-back entry's seed metadata (``writeback.gate``, ...); else ``None``.
+    writeback: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,8 @@ class Answer:
                     "chunk_id": c.chunk_id,
                     "corpus": c.corpus,
                     "source_system": c.source_system,
+                    "origin": c.origin.value,
+                    "writeback": c.writeback,
                 }
                 for c in self.citations
             ],
@@ -115,6 +121,8 @@ def cited(text: str, evidence: Sequence[tuple[str, PackChunk]]) -> tuple[list[Ci
                 continue
             pack_id, c = found
             out.setdefault(
-                c.chunk_id, Citation(c.doc_id, c.chunk_id, c.corpus, c.source_system, pack_id)
-            )
+                c.chunk_id,
+                Citation(c.doc_id, c.chunk_id, c.corpus, c.source_system, pack_id, c.origin,
+                         c.writeback),
+            )  # fmt: skip
     return list(out.values()), unknown

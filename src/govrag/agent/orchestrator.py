@@ -55,7 +55,7 @@ from govrag.policy.pep import Proposal
 from govrag.routes.models import Tool
 from govrag.routes.payload import check_proposal, offered_tools, tool_schemas
 from govrag.routes.session import Session
-from govrag.types import PackChunk, Principal, Strategy
+from govrag.types import ChunkOrigin, PackChunk, Principal, Strategy
 from govrag.validation import AuditSink, ClaimReport, check_claims, remove_unsupported
 
 log = logging.getLogger("govrag.agent")
@@ -427,11 +427,12 @@ class Orchestrator:
                 "reply_hash": hashlib.sha256(model_reply.encode()).hexdigest(),
             },
         )
-        if citations and self.record_access is not None and not abstained:
+        # Only documents are counted: a session-memory entry is no entity of the store.
+        documents = sorted({(c.source_system, c.doc_id) for c in citations
+                            if c.origin is ChunkOrigin.SOURCE})  # fmt: skip
+        if documents and self.record_access is not None and not abstained:
             try:  # counting is best effort: it never fails a delivered answer
-                self.record_access(
-                    run.principal.tenant, sorted({(c.source_system, c.doc_id) for c in citations})
-                )
+                self.record_access(run.principal.tenant, documents)
             except Exception as exc:
                 log.warning("access counting failed for %s: %s", run.request_id, exc)
         validation = run.validations[-1] if run.validations else None

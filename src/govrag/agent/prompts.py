@@ -24,7 +24,7 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
-from govrag.types import PackChunk
+from govrag.types import ChunkOrigin, PackChunk
 
 #: Marks a query-formulation stage's instructions (the model writes a query, nothing else).
 QUERY_FORMULATION_MARK = "Write only a search query"
@@ -118,7 +118,8 @@ def context_block(chunks: Sequence[PackChunk]) -> str:
     lines = ["Context chunks:"]
     for c in chunks:
         text = " ".join(c.text.split())
-        lines.append(f"[{c.chunk_id}] (doc {_clean(c.doc_id)}, {_clean(c.corpus)}) {text}")
+        where = "session memory" if c.origin is ChunkOrigin.SESSION_MEMORY else _clean(c.corpus)
+        lines.append(f"[{c.chunk_id}] (doc {_clean(c.doc_id)}, {where}) {text}")
     return "\n".join(lines)
 
 

@@ -6,6 +6,10 @@ its own PEP decision and audit record, and, only after a committed ALLOW, its ow
 search. A DENY yields no results for that corpus and says why, never whether matching
 documents exist. Results of the ALLOWed corpora are merged by score.
 
+A request over the route's scope may also get the caller's session memory (the write-back
+overlay): once per request, as its own pack labelled with no corpus, after the corpus packs
+and only when one of them was ALLOWed (:meth:`GovernedSearch.memory`).
+
 Then the app's second gate runs: validation (scope, sufficiency, attribution) of the packs
 against the question and the pinned route. Its report travels with the result; a pack with a
 scope violation is never handed out (the violation is audited as an incident).
@@ -73,7 +77,8 @@ class GovernedResult:
     route_id: str
     query: str
     strategy: Strategy
-    #: One validated-to-be context pack per ALLOWed corpus, in the caller's corpus order.
+    #: One validated-to-be context pack per ALLOWed corpus, in the caller's corpus order, then
+    #: the request's session-memory pack when the overlay joined.
     packs: tuple[ContextPack, ...]
     #: Every pack's chunks, merged by score (the flat list earlier versions returned).
     results: tuple[PackChunk, ...]
@@ -162,6 +167,9 @@ class GovernedSearch:
                 proposal = Proposal(tool=RETRIEVE_TOOL, action=action, corpus=corpus, query=query)
                 done.append(self.retrieve(principal, session, proposal, request, request_id))
             packs = [p for _, p in done if p is not None]
+            memory = self.memory(principal, session, request, done, request_id)
+            if memory is not None:
+                packs.append(memory)
             where["stage"] = "validation"
             report, packs = self.validate(principal, query, packs, session,
                                           [d for d, _ in done], request_id)  # fmt: skip
@@ -237,6 +245,31 @@ class GovernedSearch:
             policy_profile=route.policy_profile,
         )
         return _decision(proposal, enforced), enforced.result
+
+    def memory(
+        self,
+        principal: Principal,
+        session: Session,
+        request: SearchRequest,
+        done: Sequence[tuple[CorpusDecision, ContextPack | None]],
+        request_id: str,
+    ) -> ContextPack | None:
+        """The request's session-memory pack, after its corpus retrieves ``done``: only when
+        one of them was ALLOWed (memory joins a retrieval, never replaces one), and only if
+        the gateway finds ``request`` eligible (route scope, keyword, no expansion). The PEP
+        keeps it to one per request."""
+        allowed = next((d for d, p in done if p is not None and d.audit_id is not None), None)
+        if allowed is None or allowed.audit_id is None:
+            return None
+        return self.pep.memory(
+            principal,
+            request,
+            pep_audit_id=allowed.audit_id,
+            policy_version=allowed.policy_version,
+            packs=[p for _, p in done if p is not None],
+            request_id=request_id,
+            session_id=session.session_id,
+        )
 
     def validate(
         self,

@@ -156,6 +156,15 @@ class Run:
             self.decisions.append(decision)
             done.append((proposal, decision, pack))
         packs = [p for _, _, p in done if p is not None]
+        memory = None
+        if proposals and all(p.tool == PREFETCH for p in proposals):
+            # A prefetch over the route's scope names no source: the overlay may join it.
+            memory = self.governed.memory(
+                self.principal, self.session, request, [(d, p) for _, d, p in done],
+                self.request_id,
+            )  # fmt: skip
+        if memory is not None:
+            packs.append(memory)
         report: ValidationReport | None = None
         if packs:
             report, packs = self.governed.validate(
@@ -189,6 +198,15 @@ class Run:
                 continue
             self.evidence.extend((shown.context_pack_id, c) for c in shown.chunks)
             out.append(Retrieved(proposal.resource, decision, shown))
+        shown_memory = next(packs_iter, None)  # the memory pack comes after the corpus packs
+        if shown_memory is not None and report is not None:
+            self.trace["session_memory"] = {
+                "context_pack_id": shown_memory.context_pack_id,
+                "validation_passed": report.validation_passed,
+            }
+            if report.validation_passed:
+                self.evidence.extend((shown_memory.context_pack_id, c)
+                                     for c in shown_memory.chunks)  # fmt: skip
         return out
 
 

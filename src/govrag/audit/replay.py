@@ -33,11 +33,14 @@ class Replay:
     decisions: list[dict[str, Any]]
     #: Every pack was searched only after a committed ALLOW that precedes it in the chain.
     verdict_before_search: bool
-    #: What the model saw: the packs (chunk ids, scores) and whether validation passed.
+    #: What the model saw: the packs (chunk ids, scores, each chunk's origin and, for session
+    #: memory, its ``writeback.*`` metadata), the chunks no source checked, and whether
+    #: validation passed.
     model_saw: list[dict[str, Any]]
     #: The LLM calls (payload hashes): what was sent, never the text itself.
     llm_calls: list[dict[str, Any]]
-    #: What was delivered: cited documents and the answer's hash (or the abstention).
+    #: What was delivered: cited documents and the answer's hash (or the abstention); cited
+    #: session memory under ``cited_memory`` with its ``writeback.*`` metadata.
     delivered: dict[str, Any] | None
     chain_ok: bool
     incidents: list[dict[str, Any]] = field(default_factory=list)
@@ -75,15 +78,18 @@ def replay(log: AuditReader, tenant: str, request_id: str) -> Replay:
                for e in by_kind.get("hidden_marker", [])}  # fmt: skip
     model_saw = [
         {"context_pack_id": e.payload["context_pack_id"], "corpus": e.payload["corpus"],
+         "origin": e.payload.get("origin", "source"),
          "policy_version": e.payload["policy_version"],
          "ranker_version": e.payload["ranker_version"],
-         "chunks": [{"chunk_id": s["chunk_id"], "doc_id": s["doc_id"], "score": s["score"]}
-                    for s in e.payload["sources"]],
+         "chunks": [_chunk(s) for s in e.payload["sources"]],
          "withheld": e.payload.get("withheld"),
          "hidden_marker": markers.get(e.payload["context_pack_id"]),
+         "unchecked": e.payload.get("unchecked", []),
          "validation_passed": passed.get(e.payload["context_pack_id"], False)}
         for e in packs
     ]  # fmt: skip
+    memory = {c["chunk_id"]: c for p in model_saw for c in p["chunks"]
+              if c["origin"] == "session_memory"}  # fmt: skip
     before = all(
         e.payload.get("pep_audit_id") in allow_seq and allow_seq[e.payload["pep_audit_id"]] < e.seq
         for e in packs
@@ -113,24 +119,31 @@ def replay(log: AuditReader, tenant: str, request_id: str) -> Replay:
             _pick(e.payload, "stage", "model", "payload_hash", "tools")
             for e in by_kind.get("llm_call", [])
         ],
-        delivered=_pick(
-            response[-1].payload,
-            "answer_hash",
-            "cited_doc_ids",
-            "cited_chunk_ids",
-            "abstained",
-            "reason",
-            "grounded",
-            "pattern",
-            "flagged",
-            "unsupported_claims",
-        )
-        if response
-        else None,
+        delivered=_delivered(response[-1].payload, memory) if response else None,
         chain_ok=log.verify_audit(tenant).ok,
         incidents=[e.payload for e in by_kind.get("incident", [])],
         error=errors[-1].payload if (errors := by_kind.get("error")) else None,
     )
+
+
+def _chunk(source: dict[str, Any]) -> dict[str, Any]:
+    """One packed chunk as the examiner sees it (records before origins existed: sources)."""
+    out = {"chunk_id": source["chunk_id"], "doc_id": source["doc_id"], "score": source["score"],
+           "origin": source.get("origin", "source")}  # fmt: skip
+    if "writeback" in source:
+        out["writeback"] = source["writeback"]
+    return out
+
+
+def _delivered(payload: dict[str, Any], memory: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    out = _pick(payload, "answer_hash", "cited_doc_ids", "cited_chunk_ids", "abstained",
+                "reason", "grounded", "pattern", "flagged", "unsupported_claims")  # fmt: skip
+    out["cited_memory"] = [
+        {"chunk_id": cid, "writeback": memory[cid].get("writeback")}
+        for cid in payload.get("cited_chunk_ids") or []
+        if cid in memory
+    ]
+    return out
 
 
 def _pick(payload: dict[str, Any], *keys: str) -> dict[str, Any]:

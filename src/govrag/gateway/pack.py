@@ -67,6 +67,8 @@ def fit_to_budget(
                 text=hit.text,
                 score=hit.score,
                 token_count=tokens,
+                origin=hit.origin,
+                writeback=hit.writeback,
             )
         )
     return kept, total, dropped

@@ -6,15 +6,28 @@ decided on, whatever corpora the request carried, so an ALLOW for one corpus can
 search another. It over-fetches candidates for the reranker, which only reorders and thins
 them; the ranking may come from the result cache. Then, on every request, the live rights
 check confirms the ranked chunks at their source systems (fail-closed), and the confirmed
-ones are packed to the token budget.
+ones are packed to the token budget. Every chunk of a corpus pack went through that check:
+whatever its ``source_system``, id or metadata, nothing the store returns skips it.
+
+The write-back overlay is not part of a corpus's pipeline: :meth:`Gateway.memory` builds the
+request's one session-memory pack (see :mod:`govrag.gateway.overlay`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from govrag.gateway.cache import BypassHook, CacheKey, Ranked, ResultCache
-from govrag.gateway.overlay import eligible, overlay_hits
+from govrag.gateway.overlay import (
+    MEMORY_RANKER,
+    SESSION_MEMORY,
+    eligible,
+    overlay_hits,
+    without_duplicates,
+)
 from govrag.gateway.pack import (
     ContextPack,
+    PackChunk,
     TokenCounter,
     WordCounter,
     fit_to_budget,
@@ -23,7 +36,7 @@ from govrag.gateway.pack import (
 from govrag.gateway.rerank import DeterministicReranker, Reranker
 from govrag.gateway.rights import RightsTrim, StoredAclChecker
 from govrag.store.protocol import KnowledgeStore
-from govrag.types import WRITEBACK_SOURCE, Principal, SearchRequest
+from govrag.types import NO_CORPUS, ChunkOrigin, Principal, SearchRequest, UncheckedChunk
 from govrag.writeback import ControlledWriteBackStore
 
 #: Most candidates fetched from the store for the reranker.
@@ -45,6 +58,7 @@ class Gateway:
         overlay: ControlledWriteBackStore | None = None,
         token_budget: int = 2000,
         candidates: int = 50,
+        duplicate_jaccard: float = 0.9,
     ) -> None:
         self.store = store
         self.reranker = reranker or DeterministicReranker()
@@ -57,6 +71,8 @@ class Gateway:
         self.overlay = overlay
         self.token_budget = token_budget
         self.candidates = candidates
+        #: Memory entries this close to a packed chunk (Jaccard of terms) are duplicates.
+        self.duplicate_jaccard = duplicate_jaccard
 
     def retrieve(
         self,
@@ -67,19 +83,14 @@ class Gateway:
         policy_version: str,
         session_id: str | None = None,
     ) -> ContextPack:
-        """The pack of ``corpus`` for ``request``; ``session_id`` (the caller's pinned
-        session) scopes the write-back overlay, for requests it may join."""
-        joins = eligible(self.overlay, request, session_id)
-        ranked, cache_hit = self._ranked(principal, corpus, request, policy_version, joins,
-                                         session_id)  # fmt: skip
-        # Overlay entries are the caller's own session's memory: no source system to ask.
-        memory = {h.chunk_id for h in ranked.hits if h.source_system == WRITEBACK_SOURCE}
-        confirmed, withheld, checks = self.rights.trim(
-            principal, [h for h in ranked.hits if h.chunk_id not in memory]
-        )
-        if memory:
-            kept = {h.chunk_id for h in confirmed} | memory
-            confirmed = [h for h in ranked.hits if h.chunk_id in kept]
+        """The pack of ``corpus`` for ``request``: documents of that corpus only, each one
+        confirmed by the live rights check. ``session_id`` (the caller's pinned session) only
+        decides whether the request is overlay-eligible, which bypasses the result cache."""
+        # Seed 001: overlay-eligible requests neither read nor fill the shared cache.
+        bypass = eligible(self.overlay, request, session_id)
+        ranked, cache_hit = self._ranked(principal, corpus, request, policy_version, bypass)
+        # Every hit, whatever it claims to be: only the overlay makes memory, never the store.
+        confirmed, withheld, checks = self.rights.trim(principal, ranked.hits)
         chunks, tokens, dropped = fit_to_budget(confirmed, self.token_budget, self.counter)
         return ContextPack(
             context_pack_id=new_pack_id(),
@@ -98,19 +109,60 @@ class Gateway:
             cache_hit=cache_hit,
         )
 
+    def joins(self, request: SearchRequest, session_id: str | None) -> bool:
+        """Whether the write-back overlay joins ``request`` in ``session_id`` (seed 001)."""
+        return eligible(self.overlay, request, session_id)
+
+    def memory(
+        self,
+        principal: Principal,
+        request: SearchRequest,
+        *,
+        policy_version: str,
+        session_id: str,
+        packed: Sequence[PackChunk] = (),
+    ) -> ContextPack | None:
+        """The request's session-memory pack, or ``None`` when the overlay does not join
+        ``request`` or holds nothing for it. ``packed`` are the chunks already packed for the
+        request (memory that repeats one of them is dropped). Call it once per request, after
+        an ALLOW of that request (the PEP's :meth:`memory` does)."""
+        overlay = self.overlay
+        if overlay is None or not eligible(overlay, request, session_id):
+            return None
+        hits = overlay_hits(overlay, principal, session_id, request)
+        hits = without_duplicates(hits, (c.text for c in packed), self.duplicate_jaccard)
+        chunks, tokens, dropped = fit_to_budget(hits, self.token_budget, self.counter)
+        if not chunks:
+            return None
+        return ContextPack(
+            context_pack_id=new_pack_id(),
+            corpus=NO_CORPUS,
+            chunks=tuple(chunks),
+            policy_version=policy_version,
+            ranker_version=MEMORY_RANKER,
+            token_counter=self.counter.name,
+            pack_token_count=tokens,
+            token_budget=self.token_budget,
+            dropped_for_budget=dropped,
+            origin=ChunkOrigin.SESSION_MEMORY,
+            unchecked=tuple(
+                UncheckedChunk(chunk_id=c.chunk_id, reason=SESSION_MEMORY) for c in chunks
+            ),
+        )
+
     def _ranked(
         self,
         principal: Principal,
         corpus: str,
         request: SearchRequest,
         policy_version: str,
-        joins: bool,
-        session_id: str | None,
+        eligible_for_overlay: bool,
     ) -> tuple[Ranked, bool]:
         depth = min(MAX_CANDIDATES, max(request.top_k, self.candidates))
         key = None
-        # Overlay-eligible requests never read or fill the cache (seed 001).
-        bypass = joins or (self.cache_bypass is not None and self.cache_bypass(principal, request))
+        bypass = eligible_for_overlay or (
+            self.cache_bypass is not None and self.cache_bypass(principal, request)
+        )
         if self.cache.max_entries and not bypass:
             key = CacheKey.build(
                 principal,
@@ -126,11 +178,7 @@ class Gateway:
                 return found, True
         one_corpus = request.model_copy(update={"corpora": (corpus,), "top_k": depth})
         result = self.store.search(principal, one_corpus)
-        candidates = list(result.results)
-        if joins and self.overlay is not None and session_id is not None:
-            candidates += overlay_hits(self.overlay, principal, session_id, corpus, request)
-            candidates.sort(key=lambda h: -h.score)  # both are BM25: merge by score
-        candidates = [h for h in candidates if h.score >= request.min_score]
+        candidates = [h for h in result.results if h.score >= request.min_score]
         hits = self.reranker.rerank(request.query, candidates, request.top_k)
         ranked = Ranked(tuple(hits), result.hidden, result.truncated)
         if key is not None:

@@ -17,6 +17,10 @@ itself is the resource), each with its manifest ``pdp_action``:
    fails, the result is DENY and nothing runs.
 4. On ALLOW, and only then, the downstream call runs.
 
+A request's session memory (the write-back overlay, seed 001) is no corpus and gets no
+decision of its own: :meth:`PolicyEnforcementPoint.memory` reads it once per request, only
+after a committed ALLOW of that request, and records its pack like any other.
+
 Every fault on this path (bad input, PDP error, audit failure) is a DENY, never an exception
 that a caller might mistake for "no decision". A DENY carries a reason, never whether
 matching documents exist.
@@ -25,7 +29,7 @@ matching documents exist.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -39,7 +43,7 @@ from govrag.policy.pdp import CedarPDP
 from govrag.policy.sarac import Decision, SaracRequest
 from govrag.routes.models import Retrieval, ToolKind
 from govrag.store.protocol import KnowledgeStore
-from govrag.types import Classification, Principal, SearchRequest
+from govrag.types import ChunkOrigin, Classification, Principal, SearchRequest
 
 log = logging.getLogger("govrag.policy")
 T = TypeVar("T")
@@ -171,6 +175,63 @@ class PolicyEnforcementPoint:
             return Enforced(failed, done.audit_id)
         return Enforced(done.decision, done.audit_id, pack)
 
+    def memory(
+        self,
+        principal: Principal,
+        request: SearchRequest,
+        *,
+        pep_audit_id: str,
+        policy_version: str,
+        packs: Sequence[ContextPack],
+        request_id: str,
+        session_id: str,
+    ) -> ContextPack | None:
+        """The request's session-memory pack, recorded (``context_pack``, every chunk in
+        ``unchecked``) before it is returned; ``None`` when the overlay does not join, holds
+        nothing for the request, fails, or the record cannot be written.
+
+        Call it after the request's corpus retrieves, with the committed ALLOW
+        (``pep_audit_id``, ``policy_version``) of one of them: memory is read only by a
+        request that was allowed to retrieve, and ``packs`` (the request's corpus packs) let
+        it drop entries that repeat a packed chunk. A request gets at most one memory pack:
+        once its audit trail holds one, a further call returns ``None``."""
+        gateway = self.gateway
+        if gateway is None:
+            raise GovragError("this PolicyEnforcementPoint has no gateway to forward to")
+        if not gateway.joins(request, session_id):
+            return None  # decided before any read: most requests never involve memory
+        try:
+            if _has_memory(self.audit, principal.tenant, request_id):
+                return None
+            pack = gateway.memory(
+                principal,
+                request,
+                policy_version=policy_version,
+                session_id=session_id,
+                packed=[c for p in packs for c in p.chunks],
+            )
+        except Exception as exc:  # memory is optional evidence: without it, none is shown
+            log.error("session memory failed for %s (request %s): %s: %s", principal.sub,
+                      request_id, type(exc).__name__, exc)  # fmt: skip
+            return None
+        if pack is None:
+            return None
+        allowed = Decision("ALLOW", "allowed", policy_version)
+        joined: Enforced[ContextPack] = Enforced(allowed, pep_audit_id)
+        try:
+            self.audit.append_audit(
+                principal.tenant,
+                "context_pack",
+                pack_record(pack, None, joined),
+                request_id=request_id,
+                session_id=session_id,
+            )
+        except Exception as exc:  # an unrecorded pack never reaches the model
+            log.error("audit write failed, withholding session memory for %s: %s",
+                      principal.sub, exc)  # fmt: skip
+            return None
+        return pack
+
     def enforce(
         self,
         principal: Principal,
@@ -279,22 +340,40 @@ class PolicyEnforcementPoint:
         return pdp.decide(request)
 
 
+def _has_memory(audit: KnowledgeStore, tenant: str, request_id: str) -> bool:
+    """Whether ``request_id`` already recorded a session-memory pack (once per request)."""
+    return any(
+        e.kind == "context_pack" and e.payload.get("origin") == ChunkOrigin.SESSION_MEMORY.value
+        for e in audit.audit_events(tenant, request_id=request_id)
+    )
+
+
 def pack_record(
-    pack: ContextPack, proposal: Proposal, done: Enforced[ContextPack]
+    pack: ContextPack, proposal: Proposal | None, done: Enforced[ContextPack]
 ) -> dict[str, Any]:
-    """The context pack's audit record, with the request's trace fields."""
+    """The context pack's audit record, with the request's trace fields.
+
+    A session-memory pack has no proposal (``retrieve_proposal`` is ``None``); its
+    ``pep_audit_id`` is the request's ALLOW it joined. ``unchecked`` lists every chunk that no
+    source's live rights check confirmed, with the reason; each source names its ``origin``
+    and, for memory, the entry's seed metadata (``writeback``)."""
     return {
         "context_pack_id": pack.context_pack_id,
         "corpus": pack.corpus,
-        "retrieve_proposal": {"tool": proposal.tool, "corpus": proposal.corpus,
-                              "query": recorded(proposal.query)},
+        "origin": pack.origin.value,
+        "retrieve_proposal": None if proposal is None else {
+            "tool": proposal.tool, "corpus": proposal.corpus,
+            "query": recorded(proposal.query)},
         "pep_verdict": done.decision.verdict,
         "pep_audit_id": done.audit_id,
         "policy_version": pack.policy_version,
         "ranker_version": pack.ranker_version,
         "sources": [{"doc_id": c.doc_id, "chunk_id": c.chunk_id,
-                     "source_system": c.source_system, "score": c.score}
+                     "source_system": c.source_system, "score": c.score,
+                     "origin": c.origin.value,
+                     **({"writeback": dict(c.writeback)} if c.writeback is not None else {})}
                     for c in pack.chunks],
+        "unchecked": [u.model_dump(mode="json") for u in pack.unchecked],
         "pack_token_count": pack.pack_token_count,
         "token_budget": pack.token_budget,
         "dropped_for_budget": pack.dropped_for_budget,

@@ -5,7 +5,9 @@ checks a request's context packs against the question and the request's governan
 
 * **scope**: every chunk must belong to its pack's corpus, to the pinned route's scope, and to
   a corpus the PDP allowed this caller in this request. Any miss is a scope violation
-  (expected: zero); it blocks synthesis and is audited as an ``incident``.
+  (expected: zero); it blocks synthesis and is audited as an ``incident``. The request's
+  session-memory pack (the caller's own write-back entries) is in no corpus: its chunks must
+  be session memory and nothing else, and session memory anywhere else is a violation.
 * **sufficiency**: enough chunks, a good enough best score, and enough of the question's
   terms present in the evidence; otherwise abstain rather than answer from thin air.
 * **attribution**: every chunk mapped to its document, corpus, source and pack.
@@ -24,7 +26,7 @@ from typing import Any, Protocol
 from govrag.audit.trail import recorded
 from govrag.settings import ValidationSettings
 from govrag.store.analyzer import default_analyzer
-from govrag.types import ContextPack, Principal
+from govrag.types import ChunkOrigin, ContextPack, PackChunk, Principal
 from govrag.validation.report import (
     NO_EVIDENCE,
     NOT_RECORDED,
@@ -131,7 +133,7 @@ class Validator:
                         context_pack_id=pack.context_pack_id,
                     )
                 )
-                why = _violation(chunk.corpus, pack.corpus, scope, allowed)
+                why = _violation(chunk, pack, scope, allowed)
                 if why is not None:
                     violations.append(
                         ScopeViolation(
@@ -242,13 +244,17 @@ def _corpora(value: Collection[str]) -> frozenset[str]:
 
 
 def _violation(
-    corpus: str, pack_corpus: str, scope: frozenset[str], allowed: frozenset[str]
+    chunk: PackChunk, pack: ContextPack, scope: frozenset[str], allowed: frozenset[str]
 ) -> ViolationReason | None:
-    """The scope-violation reason of a chunk of ``corpus`` in a pack of ``pack_corpus``."""
+    """The scope-violation reason of ``chunk`` in ``pack``."""
     # Checked in this order so each chunk gets the most basic fault: a pack must be of one
-    # corpus, the route bounds what may be searched at all, and the PDP narrows that further.
-    if corpus != pack_corpus:
+    # corpus (or be memory, of none), the route bounds what may be searched at all, and the
+    # PDP narrows that further.
+    corpus = chunk.corpus
+    if corpus != pack.corpus or chunk.origin is not pack.origin:
         return "corpus_mismatch"
+    if pack.origin is ChunkOrigin.SESSION_MEMORY:
+        return None  # the caller's own session's memory: scoped by tenant and session
     if corpus not in scope:
         return "outside_route_scope"
     if corpus not in allowed:

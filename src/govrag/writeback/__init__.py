@@ -28,6 +28,7 @@ from govrag.writeback.models import (
     AuditSink,
     Clock,
     RetrievalScope,
+    TenantDirectory,
     WriteBackCandidate,
     WriteBackHit,
 )
@@ -38,6 +39,6 @@ __all__ = [
     "MAX_SCOPES", "META_AGENT_ID", "META_CONFIDENCE", "META_EXPIRES_AT", "META_GATE",
     "META_KEYS", "META_SOURCE_TURN_ID", "META_SUPERSEDES", "PAYLOAD_KEYS", "SUPERSEDES_NONE",
     "AdmissionGate", "AdmissionReason", "AdmissionResult", "AuditSink", "Clock",
-    "ControlledWriteBackStore", "RetrievalScope", "WriteBackCandidate", "WriteBackHit",
-    "writeback_id",
+    "ControlledWriteBackStore", "RetrievalScope", "TenantDirectory", "WriteBackCandidate",
+    "WriteBackHit", "writeback_id",
 ]  # fmt: skip

@@ -15,9 +15,12 @@ Admission is fail-closed and checks, in this order (the first broken rule names 
    (``CONFIDENCE_INVALID``);
 5. ``expires_at`` is a timezone-aware ``datetime`` with a UTC instant (``EXPIRES_AT_INVALID``)
    strictly after the clock's now (``EXPIRED``);
-6. then, judged by the store under its lock because they depend on what it holds:
-   ``supersedes`` (``SUPERSEDES_NOT_IN_SCOPE``), the scope cap (``SCOPE_CAP``) and the entry
-   cap (``ENTRY_CAP``); finally the audit record must be written (``AUDIT_FAILED``).
+6. the scope's tenant is a tenant of the deployment: the store's tenant directory answers
+   ``True`` (``UNKNOWN_TENANT``; a directory that raises or answers garbage:
+   ``TENANT_UNVERIFIED``);
+7. then, judged by the store under its lock because they depend on what it holds:
+   ``supersedes`` (``SUPERSEDES_NOT_IN_SCOPE``), the tenant's scope cap (``SCOPE_CAP``) and the
+   entry cap (``ENTRY_CAP``); finally the audit record must be written (``AUDIT_FAILED``).
 
 Every field is read exactly once (:func:`read_fields`), and ``str`` subclasses are copied to
 plain ``str``: a candidate whose attributes or strings change between two reads (a property, an

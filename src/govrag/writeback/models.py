@@ -34,6 +34,7 @@ __all__ = [
     "AuditSink",
     "Clock",
     "RetrievalScope",
+    "TenantDirectory",
     "WriteBackCandidate",
     "WriteBackHit",
 ]
@@ -45,7 +46,8 @@ MAX_IDENTITY_CHARS = 256
 """Bound, in characters (code points), of the source turn id, agent id, tenant and session."""
 
 MAX_SCOPES = 256
-"""Live (tenant, session) scopes the store holds at most."""
+"""Live (tenant, session) scopes the store holds at most *per tenant*: one tenant filling its
+scopes never refuses another tenant's admission."""
 
 MAX_ENTRIES_PER_SCOPE = 1024
 """Live entries one scope holds at most."""
@@ -74,6 +76,10 @@ Clock = Callable[[], datetime]
 
 AuditSink = Callable[[str, str, dict[str, Any]], None]
 """``audit(tenant, session, payload)``: records one admission decision; raising = not recorded."""
+
+TenantDirectory = Callable[[str], bool]
+"""``known(tenant)``: whether ``tenant`` is a tenant of the deployment (the composition root
+asks the truth store). Only ``True`` admits; anything else, or raising, refuses."""
 
 
 class AdmissionGate(StrEnum):
@@ -135,12 +141,19 @@ class AdmissionReason(StrEnum):
     """``expires_at`` is not a datetime, is naive (no timezone), or has no UTC instant."""
     EXPIRED = "expired"
     """``expires_at`` is not strictly after the store clock's now."""
+    UNKNOWN_TENANT = "unknown_tenant"
+    """The scope's tenant is not a tenant of the deployment (its tenant directory said no):
+    memory is never kept for a tenant nobody can be a principal of."""
+    TENANT_UNVERIFIED = "tenant_unverified"
+    """The tenant directory could not answer (it raised or returned something but a bool):
+    refused, fail-closed."""
     SUPERSEDES_NOT_IN_SCOPE = "supersedes_not_in_scope"
     """``supersedes`` names no other live entry of the candidate's scope. Unknown, expired,
     already superseded and other-scope ids are deliberately not told apart, so a writer cannot
     probe another scope."""
     SCOPE_CAP = "scope_cap"
-    """The candidate needs a new scope and 256 scopes are live (after purging expired)."""
+    """The candidate needs a new scope and its tenant already has 256 live scopes (after
+    purging the tenant's expired entries). Other tenants' scopes never count."""
     ENTRY_CAP = "entry_cap"
     """The candidate's scope already holds 1,024 live entries (after purging expired)."""
     AUDIT_FAILED = "audit_failed"

@@ -7,8 +7,16 @@ An enabled store keeps one BM25 index per complete (tenant, session) scope, in m
 Admission order per candidate (see :mod:`govrag.writeback.admission` for the rules)::
 
     stateless rules 1-5 (outside the lock)
-    -> under the lock: purge the scope's expired entries, supersedes, scope cap, entry cap
+    -> the tenant directory: is the scope's tenant a tenant of the deployment? (outside the lock)
+    -> under the lock: purge the scope's expired entries, supersedes, the tenant's scope cap,
+       entry cap
     -> audit the decision -> only if that succeeded, index (and drop the superseded entry)
+
+Tenancy: the caps are per tenant (each tenant may hold :data:`MAX_SCOPES` live scopes of
+:data:`MAX_ENTRIES_PER_SCOPE` entries), so a tenant that fills its memory only ever refuses
+its own admissions; and a tenant the directory does not know is refused before it can take
+any room, so the total is bounded by the deployment's tenants. Purging before a cap refusal
+touches only the admitting tenant's scopes.
 
 The lock is held from the stateful checks through indexing, so two concurrent admissions can
 never both pass a cap with room for one, nor supersede the same entry twice. That includes the
@@ -22,7 +30,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
@@ -49,6 +57,7 @@ from govrag.writeback.models import (
     AuditSink,
     Clock,
     RetrievalScope,
+    TenantDirectory,
     WriteBackHit,
 )
 
@@ -62,6 +71,27 @@ R = AdmissionReason
 def utc_now() -> datetime:
     """The default clock: the current time in UTC."""
     return datetime.now(UTC)
+
+
+def _no_tenant(tenant: str) -> bool:
+    """The directory of a disabled store: it knows no tenant."""
+    return False
+
+
+def _directory(tenants: Collection[str] | TenantDirectory) -> TenantDirectory:
+    """The tenant directory: a callable as given, or membership in an explicit collection."""
+    if callable(tenants):
+        return tenants
+    if isinstance(tenants, str) or not isinstance(tenants, Collection):
+        # A string would be a collection of its characters.
+        raise ConfigError(
+            f"tenants={tenants!r} is neither a collection of tenant ids nor a callable "
+            "known(tenant) -> bool; pass e.g. ['acme'] or a lookup in the truth store"
+        )
+    known = frozenset(t for t in tenants if isinstance(t, str))
+    if len(known) != len(tenants):
+        raise ConfigError(f"tenants={tenants!r} holds a non-string; list tenant ids as strings")
+    return known.__contains__
 
 
 def _allow_list(agents: Iterable[str]) -> frozenset[str]:
@@ -96,14 +126,17 @@ class ControlledWriteBackStore:
         allowed_agents: frozenset[str],
         clock: Clock,
         audit: AuditSink | None,
+        tenants: TenantDirectory = _no_tenant,
     ) -> None:
         self._enabled = enabled
         self._allowed_agents = allowed_agents
         self._clock = clock
         self._audit_sink = audit
+        self._known_tenant: Callable[[str], object] = tenants
         # Re-entrant so a sink that (against the rules) searches the store does not deadlock.
         self._lock = threading.RLock()
-        self._scopes: dict[ScopeKey, ScopeIndex] = {}
+        # tenant -> session -> index: the caps are counted per tenant.
+        self._scopes: dict[str, dict[str, ScopeIndex]] = {}
 
     @classmethod
     def disabled(cls, *, audit: AuditSink | None = None) -> ControlledWriteBackStore:
@@ -115,6 +148,7 @@ class ControlledWriteBackStore:
         cls,
         *,
         allowed_agents: Iterable[str],
+        tenants: Collection[str] | TenantDirectory,
         clock: Clock | None = None,
         audit: AuditSink | None = None,
     ) -> ControlledWriteBackStore:
@@ -122,13 +156,17 @@ class ControlledWriteBackStore:
 
         Args:
             allowed_agents: the agent ids that may write (exact match); empty admits nothing.
+            tenants: the deployment's tenants (ids, or ``known(tenant) -> bool`` asking the
+                truth store); a scope of any other tenant is refused (``UNKNOWN_TENANT``).
+                Required: no default could be both safe and useful.
             clock: returns the current aware datetime (default: UTC now); judges expiry.
             audit: ``audit(tenant, session, payload)``, called for every admission decision
                 before anything is indexed; if it raises, the candidate is rejected.
 
         Raises:
-            ConfigError: an allowed agent id is not a usable identity, or ``clock`` or
-                ``audit`` is not callable.
+            ConfigError: an allowed agent id is not a usable identity, ``tenants`` is neither
+                a collection of strings nor callable, or ``clock`` or ``audit`` is not
+                callable.
         """
         if clock is not None and not callable(clock):
             raise ConfigError(
@@ -141,6 +179,7 @@ class ControlledWriteBackStore:
             allowed_agents=_allow_list(allowed_agents),
             clock=clock or utc_now,
             audit=audit,
+            tenants=_directory(tenants),
         )
 
     @property
@@ -173,6 +212,10 @@ class ControlledWriteBackStore:
             )
             if isinstance(outcome, AdmissionReason):
                 return self._reject(fields, outcome)
+            # The directory may ask a database: outside the lock, before any room is judged.
+            unknown = self._tenant_reason(outcome.scope[0])
+            if unknown is not None:
+                return self._reject(fields, unknown)
             admissible = outcome
             # Analysing 16 KiB is the slowest step; it needs no lock.
             terms = analyze(outcome.content)
@@ -234,16 +277,34 @@ class ControlledWriteBackStore:
 
     # -- internals (called with the lock held unless noted) ---------------------------------------
 
+    def _tenant_reason(self, tenant: str) -> AdmissionReason | None:
+        """``None`` when the directory knows ``tenant``; else why not (no lock needed)."""
+        try:
+            known = self._known_tenant(tenant)
+        except Exception:
+            logger.exception("the write-back tenant directory failed; the candidate is refused")
+            return R.TENANT_UNVERIFIED
+        if known is True:
+            return None
+        return R.UNKNOWN_TENANT if known is False else R.TENANT_UNVERIFIED
+
     def _live_index(self, key: ScopeKey, now: datetime) -> ScopeIndex | None:
         """The scope's index after purging expired entries; an emptied scope is dropped."""
-        index = self._scopes.get(key)
-        if index is None:
+        tenant, session = key
+        sessions = self._scopes.get(tenant)
+        index = sessions.get(session) if sessions is not None else None
+        if sessions is None or index is None:
             return None
         index.purge(now)
         if not index:
-            del self._scopes[key]
+            del sessions[session]
+            if not sessions:
+                del self._scopes[tenant]
             return None
         return index
+
+    def _live_scopes(self, tenant: str) -> int:
+        return len(self._scopes.get(tenant, ()))
 
     def _judge(self, candidate: Admissible) -> AdmissionReason:
         """The stateful rules: supersedes, then the scope cap, then the entry cap."""
@@ -255,9 +316,11 @@ class ControlledWriteBackStore:
             if index is None or target is None or target == candidate.id or target not in index:
                 return R.SUPERSEDES_NOT_IN_SCOPE
         if index is None:
-            if len(self._scopes) >= MAX_SCOPES:
-                self._purge_all(candidate.now)  # expired entries free room before a refusal
-            if len(self._scopes) >= MAX_SCOPES:
+            tenant = candidate.scope[0]
+            if self._live_scopes(tenant) >= MAX_SCOPES:
+                # Expired entries free room before a refusal: only this tenant's.
+                self._purge_tenant(tenant, candidate.now)
+            if self._live_scopes(tenant) >= MAX_SCOPES:
                 return R.SCOPE_CAP
             return R.ADMITTED
         # A re-admission or a supersession does not grow the scope; no entry is ever evicted
@@ -267,14 +330,16 @@ class ControlledWriteBackStore:
             return R.ENTRY_CAP
         return R.ADMITTED
 
-    def _purge_all(self, now: datetime) -> None:
-        for key in list(self._scopes):
-            self._live_index(key, now)
+    def _purge_tenant(self, tenant: str, now: datetime) -> None:
+        for session in list(self._scopes.get(tenant, ())):
+            self._live_index((tenant, session), now)
 
     def _index(self, candidate: Admissible, terms: list[str]) -> None:
-        index = self._scopes.get(candidate.scope)
+        tenant, session = candidate.scope
+        sessions = self._scopes.setdefault(tenant, {})
+        index = sessions.get(session)
         if index is None:
-            index = self._scopes[candidate.scope] = ScopeIndex()
+            index = sessions[session] = ScopeIndex()
         if candidate.supersedes is not None:
             index.remove(candidate.supersedes)
         index.put(
@@ -287,7 +352,8 @@ class ControlledWriteBackStore:
         """Best effort: drop the entry of an admission whose indexing failed midway."""
         try:
             with self._lock:
-                index = self._scopes.get(candidate.scope)
+                tenant, session = candidate.scope
+                index = self._scopes.get(tenant, {}).get(session)
                 if index is not None:
                     index.remove(candidate.id)
         except Exception:
