@@ -17,9 +17,16 @@ from govrag.agent import GovernedSearch
 from govrag.agent.extractive import ExtractiveResponder
 from govrag.agent.llm import LlmClient
 from govrag.agent.orchestrator import Orchestrator
+from govrag.deployfile import read_json
 from govrag.embed import get_embedder
 from govrag.embed.base import Embedder
-from govrag.errors import ConfigError, MissingExtraError, NotFoundError, describe_validation
+from govrag.errors import (
+    ConfigError,
+    InputError,
+    MissingExtraError,
+    NotFoundError,
+    describe_validation,
+)
 from govrag.gateway import DeterministicReranker, Gateway, Reranker
 from govrag.gateway.cache import ResultCache
 from govrag.gateway.rights import RightsChecker, RightsTrim, StoredAclChecker
@@ -34,7 +41,7 @@ from govrag.settings import (
     Settings,
     load_settings,
 )
-from govrag.store import KnowledgeStore, open_store
+from govrag.store import KnowledgeStore, location_problems, open_store
 from govrag.types import Principal
 from govrag.validation import Validator
 from govrag.writeback import ControlledWriteBackStore
@@ -52,10 +59,7 @@ def load_principals(path: Path) -> dict[str, Principal]:
             f"{path} does not exist; create it with `govrag init` or write "
             '{"principals": [{"sub": ..., "email": ..., "tenant": ..., "clearance": ...}]}'
         )
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid JSON: {exc}") from exc
+    raw = read_json(path)
     try:
         parsed = PrincipalsFile.model_validate(raw)
     except ValidationError as exc:
@@ -212,7 +216,8 @@ class Deployment:
     @cached_property
     def governed(self) -> GovernedSearch:
         """Governed retrieves: sessions on this deployment's routes, every corpus PEP-gated."""
-        sessions = Sessions(self.store, self.config, default_route=self.settings.default_route)
+        config = self.config  # first: a broken config is refused before the store is created
+        sessions = Sessions(self.store, config, default_route=self.settings.default_route)
         return GovernedSearch(
             sessions, self.pep, Validator(self.settings.validation, audit=self.store)
         )
@@ -285,6 +290,8 @@ def settings_problems(settings: Settings, config: DeploymentConfig) -> list[Prob
                 "name one of them",
             )
         )
+    for field, problem in location_problems(settings):
+        out.append(Problem(CONFIG_FILE, field, problem))
     if config.bundle_for(settings.policy.bundle) is None:
         known = ", ".join(repr(b) for b in sorted(config.bundles))
         out.append(
@@ -350,6 +357,29 @@ RETRIEVAL_MANIFEST: dict[str, Any] = {
 }
 
 
+def _check_scaffold(*, embedder: str, tenant: str, corpora: tuple[str, ...]) -> None:
+    """The arguments of :func:`scaffold`, checked as the files written from them would be."""
+    from govrag.embed import available_embedders
+    from govrag.routes.models import Retrieval
+
+    if embedder not in available_embedders():
+        raise InputError(f"--embedder {embedder!r} is unknown; use one of: "
+                         f"{', '.join(available_embedders())}")  # fmt: skip
+    try:
+        Principal(sub="ana", email="ana@bank.example", tenant=tenant)
+    except ValidationError as exc:
+        raise InputError(f"--tenant {tenant!r}: {describe_validation(exc)}") from exc
+    if any(ch < " " or ch == "\x7f" for ch in tenant):
+        raise InputError(f"--tenant {tenant!r} holds a control character; use a printable id")
+    try:
+        Retrieval(mode="tool", scope=corpora)
+    except ValidationError as exc:
+        raise InputError(
+            f"--corpus: {describe_validation(exc)} (a corpus id is letters, digits and "
+            "'_.:-', starting with a letter or digit)"
+        ) from exc
+
+
 def scaffold(
     directory: Path,
     *,
@@ -359,7 +389,9 @@ def scaffold(
     force: bool = False,
 ) -> list[Path]:
     """Write a starter deployment: ``govrag.toml``, ``principals.json``, one tool route over
-    ``corpora`` (``routes/search.json``) and its manifest. Never overwrites without force."""
+    ``corpora`` (``routes/search.json``) and its manifest. Never overwrites without force;
+    writes nothing at all when an argument could not make a working deployment."""
+    _check_scaffold(embedder=embedder, tenant=tenant, corpora=corpora)
     directory.mkdir(parents=True, exist_ok=True)
     config = directory / CONFIG_FILE
     principals = directory / PRINCIPALS_FILE
@@ -387,7 +419,7 @@ def scaffold(
     config.write_text(
         f"""# govrag deployment settings.
 # Environment variables override them: GOVRAG_<SECTION>__<KEY>.
-default_tenant = "{tenant}"
+default_tenant = {json.dumps(tenant)}
 default_route = "search"       # routes/search.json; `govrag search --route ID` picks another
 
 [store]
@@ -397,7 +429,7 @@ url = "sqlite:///govrag.db"   # relative to this directory
 index_dir = "index"           # derived search indexes; rebuild with `govrag index rebuild`
 
 [embedder]
-name = "{embedder}"           # "minilm" (semantic, needs govrag[semantic]) or "hash" (not semantic)
+name = {json.dumps(embedder)}   # "minilm" (semantic, govrag[semantic]) or "hash" (not semantic)
 dim = 384
 
 [search]
