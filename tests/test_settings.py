@@ -108,9 +108,10 @@ def test_corpus_descriptions_from_config(tmp_path: Path) -> None:
 
 
 def test_unsupported_store_url(tmp_path: Path) -> None:
-    dep = Deployment.load(tmp_path, store={"url": "mysql://x"})
-    with pytest.raises(ConfigError, match="unsupported scheme 'mysql'"):
-        dep.store  # noqa: B018
+    # Refused with the settings, before anything is opened (or created).
+    with pytest.raises(ConfigError, match=r"unsupported scheme 'mysql'.*accepted forms: sqlite"):
+        Deployment.load(tmp_path, store={"url": "mysql://x"})
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_the_scaffolded_file_states_the_defaults(tmp_path: Path) -> None:

@@ -404,7 +404,11 @@ from govrag import cli_ingest as _cli_ingest  # noqa: E402, F401
 
 
 def main() -> None:
-    app()
+    """The ``govrag`` entry point: the edge refuses arguments that are not UTF-8 and turns
+    click's usage errors into one line (see cli_edge.py)."""
+    from govrag.cli_edge import run
+
+    run(app)
 
 
 if __name__ == "__main__":

@@ -115,11 +115,10 @@ def _ingest_store(dep: Deployment, dry_run: bool) -> Iterator[KnowledgeStore | N
         yield dep.store
         return
     from govrag.store import open_store
+    from govrag.store_url import parse_store_url
 
-    url = dep.settings.store.url
-    path = url.removeprefix("sqlite:///")
-    fresh = url.startswith("sqlite:///") and path != ":memory:"
-    if fresh and not dep.settings.resolve_path(path).exists():
+    url = parse_store_url(dep.settings.store.url)
+    if url.kind == "sqlite" and not dep.settings.resolve_path(url.path).exists():
         yield None
         return
     store = open_store(dep.settings, None)

@@ -22,9 +22,16 @@ from govrag.audit.anchor import AuditVerification, CheckpointRun, checkpoint_now
 from govrag.audit.auto import Checkpointer
 from govrag.audit.checkpoint import CheckpointDir
 from govrag.audit.keys import generate_key, load_signing_key, verifying_key
+from govrag.deployfile import read_json
 from govrag.embed import get_embedder
 from govrag.embed.base import Embedder
-from govrag.errors import ConfigError, MissingExtraError, NotFoundError, describe_validation
+from govrag.errors import (
+    ConfigError,
+    InputError,
+    MissingExtraError,
+    NotFoundError,
+    describe_validation,
+)
 from govrag.gateway import DeterministicReranker, Gateway, Reranker
 from govrag.gateway.cache import ResultCache
 from govrag.gateway.rights import RightsChecker, RightsTrim, StoredAclChecker
@@ -41,7 +48,7 @@ from govrag.settings import (
     Settings,
     load_settings,
 )
-from govrag.store import KnowledgeStore, open_store
+from govrag.store import KnowledgeStore, location_problems, open_store
 from govrag.types import Principal
 from govrag.validation import Validator
 from govrag.writeback import ControlledWriteBackStore
@@ -59,10 +66,7 @@ def load_principals(path: Path) -> dict[str, Principal]:
             f"{path} does not exist; create it with `govrag init` or write "
             '{"principals": [{"sub": ..., "email": ..., "tenant": ..., "clearance": ...}]}'
         )
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid JSON: {exc}") from exc
+    raw = read_json(path)
     try:
         parsed = PrincipalsFile.model_validate(raw)
     except ValidationError as exc:
@@ -240,7 +244,8 @@ class Deployment:
     @cached_property
     def governed(self) -> GovernedSearch:
         """Governed retrieves: sessions on this deployment's routes, every corpus PEP-gated."""
-        sessions = Sessions(self.store, self.config, default_route=self.settings.default_route)
+        config = self.config  # first: a broken config is refused before the store is created
+        sessions = Sessions(self.store, config, default_route=self.settings.default_route)
         return GovernedSearch(
             sessions, self.pep, Validator(self.settings.validation, audit=self.store)
         )
@@ -353,6 +358,8 @@ def settings_problems(settings: Settings, config: DeploymentConfig) -> list[Prob
                 "name one of them",
             )
         )
+    for field, problem in location_problems(settings):
+        out.append(Problem(CONFIG_FILE, field, problem))
     if config.bundle_for(settings.policy.bundle) is None:
         known = ", ".join(repr(b) for b in sorted(config.bundles))
         out.append(
@@ -418,6 +425,29 @@ RETRIEVAL_MANIFEST: dict[str, Any] = {
 }
 
 
+def _check_scaffold(*, embedder: str, tenant: str, corpora: tuple[str, ...]) -> None:
+    """The arguments of :func:`scaffold`, checked as the files written from them would be."""
+    from govrag.embed import available_embedders
+    from govrag.routes.models import Retrieval
+
+    if embedder not in available_embedders():
+        raise InputError(f"--embedder {embedder!r} is unknown; use one of: "
+                         f"{', '.join(available_embedders())}")  # fmt: skip
+    try:
+        Principal(sub="ana", email="ana@bank.example", tenant=tenant)
+    except ValidationError as exc:
+        raise InputError(f"--tenant {tenant!r}: {describe_validation(exc)}") from exc
+    if any(ch < " " or ch == "\x7f" for ch in tenant):
+        raise InputError(f"--tenant {tenant!r} holds a control character; use a printable id")
+    try:
+        Retrieval(mode="tool", scope=corpora)
+    except ValidationError as exc:
+        raise InputError(
+            f"--corpus: {describe_validation(exc)} (a corpus id is letters, digits and "
+            "'_.:-', starting with a letter or digit)"
+        ) from exc
+
+
 def scaffold(
     directory: Path,
     *,
@@ -428,7 +458,9 @@ def scaffold(
 ) -> list[Path]:
     """Write a starter deployment: ``govrag.toml``, ``principals.json``, one tool route over
     ``corpora`` (``routes/search.json``), its manifest and the audit signing key. Never
-    overwrites without force, and never replaces an existing signing key."""
+    overwrites without force, and never replaces an existing signing key; writes nothing at
+    all when an argument could not make a working deployment."""
+    _check_scaffold(embedder=embedder, tenant=tenant, corpora=corpora)
     directory.mkdir(parents=True, exist_ok=True)
     config = directory / CONFIG_FILE
     principals = directory / PRINCIPALS_FILE
@@ -456,7 +488,7 @@ def scaffold(
     config.write_text(
         f"""# govrag deployment settings.
 # Environment variables override them: GOVRAG_<SECTION>__<KEY>.
-default_tenant = "{tenant}"
+default_tenant = {json.dumps(tenant)}
 default_route = "search"       # routes/search.json; `govrag search --route ID` picks another
 
 [store]
@@ -466,7 +498,7 @@ url = "sqlite:///govrag.db"   # relative to this directory
 index_dir = "index"           # derived search indexes; rebuild with `govrag index rebuild`
 
 [embedder]
-name = "{embedder}"           # "minilm" (semantic, needs govrag[semantic]) or "hash" (not semantic)
+name = {json.dumps(embedder)}   # "minilm" (semantic, govrag[semantic]) or "hash" (not semantic)
 dim = 384
 
 [search]

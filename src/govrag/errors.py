@@ -7,6 +7,8 @@ parser errors are wrapped with ``raise ... from exc`` so the cause stays inspect
 
 from __future__ import annotations
 
+from os import PathLike
+
 
 class GovragError(Exception):
     """Base class of every error govrag raises on purpose."""
@@ -19,6 +21,16 @@ class ConfigError(GovragError):
     """A deployment file or setting is invalid (names the file, the field and a fix)."""
 
     exit_code = 2
+
+
+class ConfigFileError(ConfigError):
+    """A deployment file cannot be read as what it should be: not UTF-8, not valid JSON or
+    TOML, nested too deep. The message starts with the file; ``detail`` is the rest."""
+
+    def __init__(self, detail: str, *, path: str | PathLike[str]) -> None:
+        super().__init__(f"{path}: {detail}")
+        self.path = str(path)
+        self.detail = detail
 
 
 class InputError(GovragError):

@@ -9,7 +9,6 @@ selects it. Environment variables use the prefix ``GOVRAG_`` and ``__`` for nest
 from __future__ import annotations
 
 import os
-import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,7 +19,9 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from govrag import deployfile
 from govrag.errors import ConfigError, describe_validation
+from govrag.store_url import parse_store_url, redact
 from govrag.types import Classification, Strategy, check_source_system, reserved_source_system
 
 CONFIG_FILE = "govrag.toml"
@@ -33,8 +34,10 @@ class _Section(BaseModel):
 
 
 class StoreSettings(_Section):
-    #: ``sqlite:///relative/or/absolute.db`` (relative to the deployment directory),
-    #: ``sqlite://:memory:``, or ``postgresql://user@host:port/db`` (extra ``postgres``).
+    #: ``sqlite:///relative/path.db`` (relative to the deployment directory),
+    #: ``sqlite:////absolute/path.db``, ``sqlite://:memory:``, or
+    #: ``postgresql://user@host:port/db`` (extra ``postgres``); anything else is refused
+    #: (see govrag/store_url.py).
     url: str = "sqlite:///govrag.db"
     #: PostgreSQL only: a URL of the schema owner, used to migrate and create vector indexes
     #: when ``url`` names an application role that owns nothing (recommended: row-level
@@ -44,6 +47,20 @@ class StoreSettings(_Section):
     pool_size: int = Field(default=4, ge=1, le=256)
     #: Where derived search indexes live; relative to the deployment directory.
     index_dir: str = "index"
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        parse_store_url(value)
+        return value
+
+    @field_validator("admin_url")
+    @classmethod
+    def _admin_url(cls, value: str | None) -> str | None:
+        if value is not None and parse_store_url(value).kind != "postgresql":
+            raise ValueError(f"{redact(value)!r} is not a postgresql:// URL; admin_url is the "
+                             "schema owner of a PostgreSQL store")  # fmt: skip
+        return value
 
 
 class EmbedderSettings(_Section):
@@ -406,14 +423,8 @@ def find_deployment(explicit: str | Path | None = None) -> Path:
 
 
 def read_toml(path: Path) -> dict[str, Any]:
-    """Parse ``govrag.toml``; a syntax error names the file and the line."""
-    try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}; fix the syntax") from exc
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    """Parse ``govrag.toml``; a problem (syntax, encoding, nesting) names the file and where."""
+    return deployfile.read_toml(path)
 
 
 def load_settings(deployment: str | Path | None = None, **overrides: Any) -> Settings:

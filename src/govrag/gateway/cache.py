@@ -4,12 +4,21 @@ What is cached is the reranked store result for one corpus (before the live righ
 which runs on every request, cached or not, so a revocation at the source is honoured on the
 next request). The key holds everything the ranking depends on:
 
-- the tenant and the caller's ACL fingerprint (email, clearance, roles, entitlements): two
-  callers share an entry only when the store would resolve them to the same rights;
-- the tenant's data generation (ACL epoch and index outbox head): any rights change or edit
-  makes every older entry unreachable; entries are never trusted by age alone;
-- the corpus, the query and the retrieval configuration (strategy, depth, filters);
-- the policy version of the ALLOW and the ranker version.
+- the tenant and the caller's ACL fingerprint (every claim but the ``sub``): two callers
+  share an entry only when the store would resolve them to the same rights;
+- the tenant's data generation (ACL epoch and index outbox head): any rights change, edit or
+  trust recomputation makes every older entry unreachable; entries are never trusted by age
+  alone;
+- the corpus and the *whole* request, as the canonical JSON of its model (query, strategy,
+  top_k, min_score, filters, query expansion, and any field added later), plus the
+  candidate depth;
+- the policy version of the ALLOW and the ranker version (which names its configuration).
+
+Both the request and the claims enter the key as dumps of their models, minus a named
+exclusion list, never as a hand-picked list of fields: a field added to ``SearchRequest`` or
+``Principal`` is part of the key without anyone remembering to add it, so a cached answer is
+always the answer the store would give now (a Hypothesis test compares a cached gateway with
+an uncached one over random request sequences).
 
 The cache is in-process, bounded by entry count, least-recently-used first out.
 """
@@ -30,16 +39,30 @@ from govrag.types import HiddenMarker, Principal, SearchHit, SearchRequest
 BypassHook = Callable[[Principal, SearchRequest], bool]
 
 
+#: Claims the store's access resolution never reads: two subs with the same email, tenant,
+#: clearance, roles and entitlements are resolved to the same rights, so they share entries.
+_NOT_ACCESS_CLAIMS = frozenset({"sub"})
+
+
+def _canonical(value: object) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def acl_fingerprint(principal: Principal) -> str:
-    """A digest of every claim the store's access resolution reads."""
+    """A digest of every claim but the ``sub`` (lists as sets: their order grants nothing)."""
+    claims = principal.model_dump(mode="json", exclude=set(_NOT_ACCESS_CLAIMS))
     claims = {
-        "tenant": principal.tenant,
-        "email": principal.email,
-        "clearance": int(principal.clearance),
-        "roles": sorted(principal.roles),
-        "entitlements": sorted(principal.doc_entitlements),
+        k: sorted({_canonical(x) for x in v}) if isinstance(v, list) else v
+        for k, v in claims.items()
     }
-    return hashlib.sha256(json.dumps(claims, sort_keys=True).encode()).hexdigest()
+    return hashlib.sha256(_canonical(claims).encode()).hexdigest()
+
+
+def request_fingerprint(request: SearchRequest, corpus: str) -> str:
+    """The canonical JSON of the whole request as the gateway runs it on ``corpus`` (the
+    corpus list is the one corpus the PEP decided on, whatever the caller sent)."""
+    pinned = request.model_copy(update={"corpora": (corpus,)})
+    return _canonical(pinned.model_dump(mode="json"))
 
 
 @dataclass(frozen=True)
@@ -48,8 +71,8 @@ class CacheKey:
     fingerprint: str
     generation: tuple[int, int]
     corpus: str
-    query: str
-    config: str
+    request: str
+    depth: int
     policy_version: str
     ranker_version: str
 
@@ -65,22 +88,13 @@ class CacheKey:
         policy_version: str,
         ranker_version: str,
     ) -> CacheKey:
-        config = json.dumps(
-            {
-                "strategy": request.strategy.value,
-                "top_k": request.top_k,
-                "depth": depth,
-                "filters": [f.model_dump(mode="json") for f in request.filters],
-            },
-            sort_keys=True,
-        )
         return cls(
             tenant=principal.tenant,
             fingerprint=acl_fingerprint(principal),
             generation=generation,
             corpus=corpus,
-            query=request.query,
-            config=config,
+            request=request_fingerprint(request, corpus),
+            depth=depth,
             policy_version=policy_version,
             ranker_version=ranker_version,
         )

@@ -23,7 +23,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from govrag.errors import ConfigError, validation_problems
+from govrag import deployfile
+from govrag.errors import ConfigError, ConfigFileError, validation_problems
 from govrag.routes.models import (
     NO_MANIFEST,
     BundleInfo,
@@ -91,6 +92,9 @@ class _Collector:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.problems: list[Problem] = []
+        #: Folders (``manifests``, ...) with a file that did not load: a reference into
+        #: them that finds nothing is that file's problem, already reported, not another.
+        self.incomplete: set[str] = set()
 
     def rel(self, path: Path) -> str:
         try:
@@ -101,17 +105,24 @@ class _Collector:
     def add(self, path: Path, fld: str, message: str, *, warning: bool = False) -> None:
         self.problems.append(Problem(self.rel(path), fld, message, warning))
 
+    def failed(self, path: Path) -> None:
+        """``path`` (a file or a bundle directory) did not load."""
+        self.incomplete.add(self.rel(path).split("/", 1)[0])
+
     def read_json(self, path: Path) -> Any:
+        """Strict JSON (see :mod:`govrag.deployfile`); ``None`` and a problem otherwise."""
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
-        except UnicodeDecodeError as exc:
-            self.add(path, "", f"is not UTF-8 text ({exc.reason} at byte {exc.start})")
-        except json.JSONDecodeError as exc:
-            self.add(
-                path, "", f"is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-            )
-        except OSError as exc:
-            self.add(path, "", f"cannot be read: {exc.strerror or exc}")
+            return deployfile.read_json(path)
+        except ConfigFileError as exc:
+            self.add(path, "", exc.detail)
+            self.failed(path)
+        return None
+
+    def read_cedar(self, path: Path) -> str | None:
+        try:
+            return deployfile.read_cedar(path)
+        except ConfigFileError as exc:
+            self.add(path, "", exc.detail)
         return None
 
     def model(self, model: type[M], data: Any, path: Path, prefix: str = "") -> M | None:
@@ -120,6 +131,7 @@ class _Collector:
         except ValidationError as exc:
             for loc, message in validation_problems(exc):
                 self.add(path, ".".join(p for p in (prefix, loc) if p), message)
+            self.failed(path)
         return None
 
 
@@ -216,6 +228,7 @@ def _read_bundle(c: _Collector, directory: Path) -> PolicyBundle | None:
     meta = directory / "bundle.json"
     if not meta.is_file():
         c.add(directory, "", 'has no bundle.json; add {"name": ..., "version": ...}')
+        c.failed(directory)
         return None
     data = c.read_json(meta)
     info = c.model(BundleInfo, data, meta) if data is not None else None
@@ -224,15 +237,18 @@ def _read_bundle(c: _Collector, directory: Path) -> PolicyBundle | None:
         c.add(directory, "", "holds no *.cedar policy file")
     texts = []
     for file in files:
-        text = file.read_text(encoding="utf-8")
+        text = c.read_cedar(file)  # checked first: deep nesting crashes Cedar's parser
+        if text is None:
+            continue
         try:
             cedarpy.policies_to_json_str(text)
         except ValueError as exc:
             c.add(file, "", f"is not valid Cedar: {exc}")
         texts.append(text)
     schemas = sorted(directory.glob("*.cedarschema"))
-    schema = schemas[0].read_text(encoding="utf-8") if schemas else None
-    if info is None or not files:
+    schema = c.read_cedar(schemas[0]) if schemas else None
+    if info is None or not files or len(texts) < len(files) or (schemas and schema is None):
+        c.failed(directory)
         return None
     return PolicyBundle(
         info.name, info.version, directory, "\n".join(texts), schema, tuple(info.profiles)
@@ -273,7 +289,11 @@ def _cross_check(
 ) -> None:
     for route, path in routes.values():
         profile = route.policy_profile
-        if profile is not None and _bundle_for(bundles, profile) is None:
+        if (
+            profile is not None
+            and _bundle_for(bundles, profile) is None
+            and "policies" not in c.incomplete
+        ):
             c.add(
                 path,
                 "policy_profile",
@@ -286,13 +306,13 @@ def _cross_check(
         manifest = None
         if route.tool_manifest != NO_MANIFEST:
             found = manifests.get(route.tool_manifest)
-            if found is None:
+            if found is None and "manifests" not in c.incomplete:
                 c.add(
                     path,
                     "tool_manifest",
                     _missing("manifest", route.tool_manifest, manifests, "manifests/"),
                 )
-            else:
+            elif found is not None:
                 manifest = found[0]
         if retrieval.mode == "tool" and not scope:
             c.add(
@@ -322,11 +342,12 @@ def _cross_check(
             continue
         found_wf = workflows.get(route.workflow_id)
         if found_wf is None:
-            c.add(
-                path,
-                "workflow_id",
-                _missing("workflow", route.workflow_id, workflows, "workflows/"),
-            )
+            if "workflows" not in c.incomplete:
+                c.add(
+                    path,
+                    "workflow_id",
+                    _missing("workflow", route.workflow_id, workflows, "workflows/"),
+                )
             continue
         workflow, wf_path = found_wf
         for i, stage in enumerate(workflow.stages):
@@ -399,6 +420,12 @@ def load_config(root: Path) -> DeploymentConfig:
 
 
 def describe_problems(root: Path, problems: list[Problem]) -> str:
-    """One message listing every error (not the warnings) of the deployment at ``root``."""
-    errors = [str(p) for p in problems if not p.warning]
-    return f"{len(errors)} problem(s) in the deployment at {root}:\n" + "\n".join(errors)
+    """One message listing every error (not the warnings) of the deployment at ``root``:
+    one line when there is one error (the file relative to the deployment directory)."""
+    errors = [p for p in problems if not p.warning]
+    if len(errors) == 1:
+        p = errors[0]
+        where = f"{root / p.path}: {p.field}" if p.field else str(root / p.path)
+        return f"{where}: {p.message}"
+    lines = "\n".join(str(p) for p in errors)
+    return f"{len(errors)} problems in the deployment at {root}:\n{lines}"

@@ -2,49 +2,86 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from govrag.embed.base import Embedder
 from govrag.errors import ConfigError
 from govrag.settings import Settings
 from govrag.store.protocol import KnowledgeStore
 from govrag.store.sqlite import SQLiteStore
+from govrag.store_url import parse_store_url
 
-__all__ = ["KnowledgeStore", "SQLiteStore", "open_store"]
+__all__ = ["KnowledgeStore", "SQLiteStore", "location_problems", "open_store"]
 
 
 def open_store(settings: Settings, embedder: Embedder | None = None) -> KnowledgeStore:
-    """Open the deployment's store from ``[store] url``."""
+    """Open the deployment's store from ``[store] url`` (validated with the settings, see
+    :mod:`govrag.store_url`). Nothing is created unless the URL names a usable place
+    (:func:`location_problems`)."""
     url = settings.store.url
-    if url.startswith("sqlite://"):
-        rest = url.removeprefix("sqlite://")
-        if rest in (":memory:", "/:memory:"):
-            return SQLiteStore(
-                ":memory:", index_dir=None, embedder=embedder, search=settings.search
-            )
-        if not rest.startswith("/"):
-            raise ConfigError(
-                f"store url {url!r} is malformed; write sqlite:///govrag.db (relative to the "
-                "deployment) or sqlite:////absolute/path.db"
-            )
-        path = settings.resolve_path(rest[1:])
+    try:
+        parsed = parse_store_url(url)
+    except ValueError as exc:  # settings built without validation
+        raise ConfigError(f"[store] url {exc}") from exc
+    if parsed.kind == "memory":
+        return SQLiteStore(":memory:", index_dir=None, embedder=embedder, search=settings.search)
+    for field, problem in location_problems(settings):
+        value = getattr(settings.store, field.removeprefix("store."))
+        raise ConfigError(f"[store] {field.removeprefix('store.')} {value!r}: {problem}")
+    index_dir = settings.resolve_path(settings.store.index_dir)
+    if parsed.kind == "sqlite":
         return SQLiteStore(
-            path,
-            index_dir=settings.resolve_path(settings.store.index_dir),
+            settings.resolve_path(parsed.path),
+            index_dir=index_dir,
             embedder=embedder,
             search=settings.search,
         )
-    if url.startswith(("postgresql://", "postgres://")):
-        from govrag.store.postgres import PostgresStore  # the optional 'postgres' extra
+    from govrag.store.postgres import PostgresStore  # the optional 'postgres' extra
 
-        return PostgresStore(
-            url,
-            admin_url=settings.store.admin_url,
-            pool_size=settings.store.pool_size,
-            index_dir=settings.resolve_path(settings.store.index_dir),
-            embedder=embedder,
-            search=settings.search,
-        )
-    scheme = url.split(":", 1)[0]
-    raise ConfigError(
-        f"store url {url!r}: unsupported scheme {scheme!r}; use sqlite:///govrag.db or "
-        "postgresql://user@host:5432/dbname (with the 'postgres' extra)"
+    return PostgresStore(
+        url,
+        admin_url=settings.store.admin_url,
+        pool_size=settings.store.pool_size,
+        index_dir=index_dir,
+        embedder=embedder,
+        search=settings.search,
     )
+
+
+#: The first 16 bytes of every SQLite 3 database file.
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def location_problems(settings: Settings) -> list[tuple[str, str]]:
+    """``(field, problem)`` for each place the store would be created in that cannot be
+    meant: the SQLite file's directory and ``index_dir``'s parent must exist (a typo must
+    not create directories), the file must not be a directory, and an existing file must be
+    an SQLite database. ``govrag config check`` reports them; :func:`open_store` refuses."""
+    out: list[tuple[str, str]] = []
+    parsed = parse_store_url(settings.store.url)
+    if parsed.kind == "sqlite":
+        path = settings.resolve_path(parsed.path)
+        if path.is_dir():
+            out.append(("store.url", f"names the directory {str(path)!r}; name a file in it"))
+        elif not path.parent.is_dir():
+            out.append(("store.url", _missing(path.parent)))
+        elif path.is_file() and path.stat().st_size and not _is_sqlite(path):
+            problem = f"{str(path)!r} is not an SQLite database (nothing was changed); "
+            out.append(("store.url", problem + "point the url at the store's .db file"))
+    if parsed.kind != "memory":
+        index_dir = settings.resolve_path(settings.store.index_dir)
+        if not index_dir.is_dir() and not index_dir.parent.is_dir():
+            out.append(("store.index_dir", _missing(index_dir.parent)))
+    return out
+
+
+def _missing(directory: Path) -> str:
+    return (
+        f"the directory {str(directory)!r} does not exist (nothing was created); fix the path "
+        "or create the directory"
+    )
+
+
+def _is_sqlite(path: Path) -> bool:
+    with path.open("rb") as fh:
+        return fh.read(len(_SQLITE_HEADER)) == _SQLITE_HEADER

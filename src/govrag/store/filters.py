@@ -7,10 +7,10 @@ scalar of a list as its own row. A filter matches a document when any row matche
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
+from govrag.deployfile import parse_json
 from govrag.errors import InputError, describe_validation
 from govrag.types import MetadataFilter, MetaValue
 
@@ -100,7 +100,7 @@ def parse_cli_filter(raw: str) -> MetadataFilter:
         raise InputError(f"--filter {raw!r} is not KEY=VALUE; write e.g. --filter doc_type=policy")
     value: MetaValue = text
     try:
-        parsed = json.loads(text)
+        parsed = parse_json(text)  # bounded: ``[[[[...`` is a string, not a RecursionError
     except ValueError:
         parsed = None
     if isinstance(parsed, bool | int | float | str):

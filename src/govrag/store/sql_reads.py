@@ -67,7 +67,8 @@ class SQLReads(SQLDerived):
         return int(rows[0][0]) if rows else 0
 
     def generation(self, tenant: str) -> tuple[int, int]:
-        """``(acl_epoch, outbox head)``: changes whenever rights or content of the tenant do.
+        """``(acl_epoch, outbox head)``: changes whenever rights, content or trust scores of
+        the tenant do.
 
         Result caches key on it, so nothing cached survives a revocation or an edit.
         """

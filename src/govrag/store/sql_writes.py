@@ -1,7 +1,8 @@
 """Writes of the truth store, the same SQL on every backend: identities, groups, documents.
 
 Each call is one transaction. Every change to a document appends an index-outbox row in the
-same transaction, and every change to rights bumps the tenant's ACL epoch.
+same transaction, and every change to rights (or to trust scores, which rank) bumps the
+tenant's ACL epoch.
 """
 
 from __future__ import annotations
@@ -228,6 +229,10 @@ class SQLWrites(SQLBase):
             conn.executemany(
                 "UPDATE documents SET trust_score = ? WHERE tenant_id = ? AND doc_id = ?", changes
             )
+            if changes:
+                # Trust scores rank (the reranker reads them): result caches keyed on the
+                # tenant's generation must not serve rankings made with the old ones.
+                self._bump_epoch(conn, tenant)
         return CurationReport(tenant, len(rows), len(changes),
                               total / len(rows) if rows else NEUTRAL, at.isoformat())  # fmt: skip
 

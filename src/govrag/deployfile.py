@@ -1,0 +1,229 @@
+"""Reading a deployment file an operator wrote: strictly, with one line per problem.
+
+Every file of a deployment directory (``govrag.toml``, ``principals.json``, ``routes/``,
+``manifests/``, ``workflows/``, ``policies/``) is read through this module, so each hostile
+or careless shape is refused in one place, as a :class:`~govrag.errors.ConfigFileError`
+naming the file and where in it, never as a parser's traceback:
+
+- text that is not UTF-8 (a leading byte-order mark is allowed and dropped);
+- nesting deeper than :data:`MAX_DEPTH`: JSON and TOML parsers recurse, and so do
+  pydantic, jsonschema and Cedar after them (Cedar's parser overflows the C stack, a crash
+  no ``except`` can catch), so depth is bounded *before* any parser sees the text;
+- in JSON: a key repeated in one object (the last one silently won), ``NaN``,
+  ``Infinity`` and numbers that overflow to it (not JSON), integers of more than
+  :data:`MAX_DIGITS` digits, and strings with lone surrogates (``"\\udc00"``: not text;
+  every later encode of it fails);
+- in Cedar: a policy longer than :data:`MAX_POLICY_CHARS` (long operator chains overflow
+  Cedar's parser too).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NoReturn
+
+from govrag.errors import ConfigFileError
+
+#: Deepest nesting of brackets (JSON arrays and objects, TOML arrays and inline tables,
+#: Cedar parentheses, sets and records) a deployment file may use. Real files use < 10.
+MAX_DEPTH = 64
+#: Longest integer literal in a JSON deployment file (Python refuses > 4300 digits anyway).
+MAX_DIGITS = 100
+#: Longest single Cedar policy, in characters (real policies are a few hundred).
+MAX_POLICY_CHARS = 16_384
+
+
+class TextProblem(ValueError):
+    """What is wrong with a text and where in it (line and column), without a file name."""
+
+
+def _where(text: str, offset: int) -> str:
+    line = text.count("\n", 0, offset) + 1
+    column = offset - (text.rfind("\n", 0, offset) + 1) + 1
+    return f"line {line} column {column}"
+
+
+def decode_utf8(data: bytes) -> str:
+    """``data`` as text; a :class:`TextProblem` naming the first bad byte otherwise."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        good = data[: exc.start].decode("utf-8-sig", errors="replace")
+        raise TextProblem(
+            f"is not UTF-8 text (byte 0x{data[exc.start]:02x} at {_where(good, len(good))}); "
+            "save it as UTF-8"
+        ) from exc
+
+
+# Strings (with their escapes) and comments are skipped; every other bracket counts.
+_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
+_CEDAR_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|//[^\n]*|[()\[\]{};]', re.DOTALL)
+_TOML_TOKENS = re.compile(
+    r'"""(?:[^\\]|\\.)*?"""|\'\'\'.*?\'\'\'|"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|#[^\n]*|[\[\]{}]',
+    re.DOTALL,
+)
+
+
+def _too_deep(text: str, offset: int) -> NoReturn:
+    raise TextProblem(f"nests deeper than {MAX_DEPTH} levels at {_where(text, offset)}; flatten it")
+
+
+def check_depth(text: str, tokens: re.Pattern[str] = _JSON_TOKENS) -> None:
+    """Refuse brackets nested deeper than :data:`MAX_DEPTH` (outside strings and comments)."""
+    depth = 0
+    for m in tokens.finditer(text):
+        token = m.group()
+        if token in "([{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                _too_deep(text, m.start())
+        elif token in ")]}":
+            depth -= 1
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise TextProblem(
+                f"repeats the key {key!r} in one object (the last one would silently win); keep one"
+            )
+        out[key] = value
+    return out
+
+
+def _constant(name: str) -> NoReturn:
+    raise TextProblem(f"holds {name}, which is not a JSON number; write a finite number")
+
+
+def _float(literal: str) -> float:
+    value = float(literal)
+    if value in (float("inf"), float("-inf")):
+        raise TextProblem(f"holds the number {literal}, too large for a float; write a smaller one")
+    return value
+
+
+def _integer(digits: str) -> int:
+    if len(digits.lstrip("-")) > MAX_DIGITS:
+        raise TextProblem(
+            f"holds an integer of {len(digits.lstrip('-'))} digits; at most {MAX_DIGITS} "
+            "are accepted"
+        )
+    return int(digits)
+
+
+def _strings(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
+    """``(path, string)`` of every key and string in a parsed JSON value (bounded depth)."""
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            inner = f"{path}.{k}" if path else k
+            yield inner, k
+            yield from _strings(v, inner)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _strings(v, f"{path}.{i}" if path else str(i))
+
+
+def parse_json(text: str) -> Any:
+    """Strict JSON: bounded depth, no repeated keys, no NaN/Infinity, no huge integers, no
+    lone surrogates. A :class:`TextProblem` says what and where."""
+    check_depth(text)
+    try:
+        value = json.loads(
+            text,
+            object_pairs_hook=_object,
+            parse_constant=_constant,
+            parse_int=_integer,
+            parse_float=_float,
+        )
+    except json.JSONDecodeError as exc:
+        raise TextProblem(
+            f"is not valid JSON: {exc.msg} at {_where(text, exc.pos)}; fix the syntax"
+        ) from exc
+    for path, s in _strings(value):
+        try:
+            s.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            at = f" at {path!r}" if path else ""
+            raise TextProblem(
+                f"holds a lone surrogate ({s[exc.start]!r}){at}, which is not text; remove "
+                "the \\ud8xx-\\udfxx escape"
+            ) from exc
+    return value
+
+
+def parse_toml(text: str) -> dict[str, Any]:
+    """TOML with bounded depth; a :class:`TextProblem` says what and where."""
+    check_depth(text, _TOML_TOKENS)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise TextProblem(f"invalid TOML: {exc}; fix the syntax") from exc
+    except RecursionError as exc:  # a shape the bracket scan did not foresee
+        raise TextProblem(f"nests deeper than {MAX_DEPTH} levels; flatten it") from exc
+
+
+def check_cedar(text: str) -> None:
+    """Refuse Cedar text the Cedar parser cannot survive: deep nesting, huge policies."""
+    check_depth(text, _CEDAR_TOKENS)
+    start = 0
+    for m in _CEDAR_TOKENS.finditer(text):
+        if m.group() != ";":
+            continue
+        if m.end() - start > MAX_POLICY_CHARS:
+            raise TextProblem(
+                f"has a policy of {m.end() - start} characters ending at "
+                f"{_where(text, m.start())}; at most {MAX_POLICY_CHARS} are accepted: split it"
+            )
+        start = m.end()
+    if len(text) - start > MAX_POLICY_CHARS:
+        raise TextProblem(
+            f"ends with {len(text) - start} characters after its last policy; at most "
+            f"{MAX_POLICY_CHARS} are accepted"
+        )
+
+
+def read_text(path: Path) -> str:
+    """The UTF-8 text of ``path``; :class:`ConfigFileError` naming the file otherwise."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigFileError(f"cannot be read: {exc.strerror or exc}", path=path) from exc
+    try:
+        return decode_utf8(data)
+    except TextProblem as exc:
+        raise ConfigFileError(str(exc), path=path) from exc
+
+
+def read_json(path: Path) -> Any:
+    """The strict JSON value of ``path`` (see :func:`parse_json`)."""
+    text = read_text(path)
+    try:
+        return parse_json(text)
+    except TextProblem as exc:
+        raise ConfigFileError(str(exc), path=path) from exc
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """The TOML table of ``path`` (see :func:`parse_toml`)."""
+    text = read_text(path)
+    try:
+        return parse_toml(text)
+    except TextProblem as exc:
+        raise ConfigFileError(str(exc), path=path) from exc
+
+
+def read_cedar(path: Path) -> str:
+    """The Cedar text of ``path``, checked by :func:`check_cedar`."""
+    text = read_text(path)
+    try:
+        check_cedar(text)
+    except TextProblem as exc:
+        raise ConfigFileError(str(exc), path=path) from exc
+    return text
