@@ -292,9 +292,10 @@ def test_a_world_pair_where_the_old_marker_and_scores_leaked() -> None:
     memo = Doc("memo", "c1", "merger policy", ("A",), 3, "B", 0)
     readable = Doc("faq", "c1", "loan policy", ("A",), 1, None, 0)
     hidden = Doc("h1", "c1", "loan audit", ("B",), 1, "B", 0)
+    other = Doc("o1", "c2", "audit calendar", ("g",), 0, None, 0)
     scenario = Scenario(
         clearance=1,
-        base=(readable, hidden),
+        base=(readable, hidden, other),
         changed=(),
         added=(memo, replace(hidden, ext="h2", level=3)),
         asks=(Ask("merger", Strategy.KEYWORD, 3, None), Ask("loan", Strategy.KEYWORD, 3, None),
