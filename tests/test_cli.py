@@ -217,7 +217,7 @@ def test_ingest_reports_bad_lines(deployment: Path, tmp_path: Path) -> None:
     assert done.returncode == 1
     assert json.loads(done.stdout)["errors"] == 2 and json.loads(done.stdout)["identities"] == 1
     assert f"{bad}:1: unknown record type 'nope'" in done.stderr
-    assert f"{bad}:4: not valid UTF-8" in done.stderr
+    assert f"{bad}:4: is not valid UTF-8 (byte 0xff at offset 0)" in done.stderr
 
 
 def test_index_verify_and_rebuild(deployment: Path) -> None:

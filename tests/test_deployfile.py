@@ -50,7 +50,7 @@ def test_any_bytes_decode_or_name_the_bad_byte(data: bytes) -> None:
     try:
         decode_utf8(data)
     except TextProblem as exc:
-        assert "is not UTF-8 text (byte 0x" in str(exc)
+        assert "is not valid UTF-8 (byte 0x" in str(exc)
 
 
 @pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 1000, 200_000])
@@ -92,13 +92,13 @@ def test_valid_json_reads_as_json_loads_reads_it(value: Any) -> None:
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
-        ('{"a": 1, "a": 2}', "repeats the key 'a'"),
-        ("[NaN]", "holds NaN"),
-        ("[-Infinity]", "holds -Infinity"),
-        ("[1e999]", "holds the number 1e999"),
-        ("[" + "7" * 101 + "]", "holds an integer of 101 digits"),
-        ('{"k": ["\\ud800"]}', "lone surrogate ('\\ud800') at 'k.0'"),
-        ('{"a": }', "is not valid JSON: Expecting value at line 1 column 7"),
+        ('{"a": 1, "a": 2}', "key 'a' appears twice in one JSON object"),
+        ("[NaN]", "field '[0]': NaN is not a JSON number"),
+        ("[-Infinity]", "-Infinity is not a JSON number"),
+        ("[1e999]", "the number 1e999 is too large for a float"),
+        ("[" + "7" * 101 + "]", "an integer of 101 digits is too large (at most 100)"),
+        ('{"k": ["\\ud800"]}', "field 'k[0]': holds a lone surrogate ('\\ud800')"),
+        ('{"a": }', "invalid JSON: Expecting value at line 1 column 7"),
     ],
 )
 def test_json_nobody_meant_is_refused(text: str, problem: str) -> None:
@@ -115,9 +115,9 @@ def test_files_are_named_and_a_bom_is_fine(tmp_path: Path) -> None:
     with pytest.raises(ConfigFileError) as info:
         read_json(path)
     assert str(info.value) == (
-        f"{path}: is not UTF-8 text (byte 0xc3 at line 2 column 3); save it as UTF-8"
+        f"{path}: is not valid UTF-8 (byte 0xc3 at offset 8, line 2 column 3); save it as UTF-8"
     )
-    assert info.value.detail.startswith("is not UTF-8") and info.value.path == str(path)
+    assert info.value.detail.startswith("is not valid UTF-8") and info.value.path == str(path)
     with pytest.raises(ConfigFileError, match="cannot be read"):
         read_json(tmp_path / "missing.json")
     assert math.isfinite(parse_json("1e308"))

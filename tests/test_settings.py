@@ -64,7 +64,7 @@ def test_missing_deployment(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("not json", "not valid JSON"),
+        ("not json", "invalid JSON"),
         ('{"principals": [{"sub": "a"}]}', "principals.0.email"),
         ('{"principals": [{"sub": "a", "email": "a@x", "tenant": "t", "clearance": "top"}]}',
          "unknown classification 'top'"),

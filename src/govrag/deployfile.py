@@ -19,13 +19,12 @@ naming the file and where in it, never as a parser's traceback:
 
 from __future__ import annotations
 
-import json
 import re
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
+from govrag import strict_json
 from govrag.errors import ConfigFileError
 
 #: Deepest nesting of brackets (JSON arrays and objects, TOML arrays and inline tables,
@@ -41,22 +40,12 @@ class TextProblem(ValueError):
     """What is wrong with a text and where in it (line and column), without a file name."""
 
 
-def _where(text: str, offset: int) -> str:
-    line = text.count("\n", 0, offset) + 1
-    column = offset - (text.rfind("\n", 0, offset) + 1) + 1
-    return f"line {line} column {column}"
-
-
 def decode_utf8(data: bytes) -> str:
     """``data`` as text; a :class:`TextProblem` naming the first bad byte otherwise."""
     try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        good = data[: exc.start].decode("utf-8-sig", errors="replace")
-        raise TextProblem(
-            f"is not UTF-8 text (byte 0x{data[exc.start]:02x} at {_where(good, len(good))}); "
-            "save it as UTF-8"
-        ) from exc
+        return strict_json.decode(data)
+    except strict_json.JsonProblem as exc:
+        raise TextProblem(str(exc)) from exc
 
 
 # Strings (with their escapes) and comments are skipped; every other bracket counts.
@@ -69,7 +58,9 @@ _TOML_TOKENS = re.compile(
 
 
 def _too_deep(text: str, offset: int) -> NoReturn:
-    raise TextProblem(f"nests deeper than {MAX_DEPTH} levels at {_where(text, offset)}; flatten it")
+    raise TextProblem(
+        f"nests deeper than {MAX_DEPTH} levels at {strict_json.position(text, offset)}; flatten it"
+    )
 
 
 def check_depth(text: str, tokens: re.Pattern[str] = _JSON_TOKENS) -> None:
@@ -85,77 +76,14 @@ def check_depth(text: str, tokens: re.Pattern[str] = _JSON_TOKENS) -> None:
             depth -= 1
 
 
-def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise TextProblem(
-                f"repeats the key {key!r} in one object (the last one would silently win); keep one"
-            )
-        out[key] = value
-    return out
-
-
-def _constant(name: str) -> NoReturn:
-    raise TextProblem(f"holds {name}, which is not a JSON number; write a finite number")
-
-
-def _float(literal: str) -> float:
-    value = float(literal)
-    if value in (float("inf"), float("-inf")):
-        raise TextProblem(f"holds the number {literal}, too large for a float; write a smaller one")
-    return value
-
-
-def _integer(digits: str) -> int:
-    if len(digits.lstrip("-")) > MAX_DIGITS:
-        raise TextProblem(
-            f"holds an integer of {len(digits.lstrip('-'))} digits; at most {MAX_DIGITS} "
-            "are accepted"
-        )
-    return int(digits)
-
-
-def _strings(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
-    """``(path, string)`` of every key and string in a parsed JSON value (bounded depth)."""
-    if isinstance(value, str):
-        yield path, value
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            inner = f"{path}.{k}" if path else k
-            yield inner, k
-            yield from _strings(v, inner)
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield from _strings(v, f"{path}.{i}" if path else str(i))
-
-
 def parse_json(text: str) -> Any:
-    """Strict JSON: bounded depth, no repeated keys, no NaN/Infinity, no huge integers, no
-    lone surrogates. A :class:`TextProblem` says what and where."""
+    """Strict JSON (:func:`govrag.strict_json.parse`) of bounded depth, at most
+    :data:`MAX_DIGITS` digits an integer. A :class:`TextProblem` says what and where."""
     check_depth(text)
     try:
-        value = json.loads(
-            text,
-            object_pairs_hook=_object,
-            parse_constant=_constant,
-            parse_int=_integer,
-            parse_float=_float,
-        )
-    except json.JSONDecodeError as exc:
-        raise TextProblem(
-            f"is not valid JSON: {exc.msg} at {_where(text, exc.pos)}; fix the syntax"
-        ) from exc
-    for path, s in _strings(value):
-        try:
-            s.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            at = f" at {path!r}" if path else ""
-            raise TextProblem(
-                f"holds a lone surrogate ({s[exc.start]!r}){at}, which is not text; remove "
-                "the \\ud8xx-\\udfxx escape"
-            ) from exc
-    return value
+        return strict_json.parse(text, max_int_digits=MAX_DIGITS)
+    except strict_json.JsonProblem as exc:
+        raise TextProblem(exc.describe()) from exc
 
 
 def parse_toml(text: str) -> dict[str, Any]:
@@ -179,7 +107,8 @@ def check_cedar(text: str) -> None:
         if m.end() - start > MAX_POLICY_CHARS:
             raise TextProblem(
                 f"has a policy of {m.end() - start} characters ending at "
-                f"{_where(text, m.start())}; at most {MAX_POLICY_CHARS} are accepted: split it"
+                f"{strict_json.position(text, m.start())}; at most {MAX_POLICY_CHARS} are "
+                "accepted: split it"
             )
         start = m.end()
     if len(text) - start > MAX_POLICY_CHARS:

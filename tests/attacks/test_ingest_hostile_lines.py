@@ -136,7 +136,7 @@ HOSTILE = [
     Line(
         "float overflow",
         spliced(document("bad-inf"), "metadata", '{"x": 1e400}'),
-        "value 'x': inf is not a finite number",
+        "field 'metadata.x': the number 1e400 is too large for a float",
     ),
     Line(
         "NaN",
@@ -179,7 +179,7 @@ HOSTILE = [
     Line(
         "invalid UTF-8",
         line(document("bad-utf8")).replace(b"wire", b"w\xffre"),
-        "not valid UTF-8 (byte",
+        "is not valid UTF-8 (byte",
     ),
     Line(
         "repeated acl",
@@ -366,7 +366,7 @@ HOSTILE_SIDECARS: dict[str, tuple[bytes, str]] = {
         "nested too deeply",
     ),
     "bidi": ('{"acl": ["S-1\u202e"]}'.encode(), "U+202E (right-to-left override)"),
-    "utf8": (b'{"acl": ["S-\xff"]}', "not valid UTF-8 (byte 12)"),
+    "utf8": (b'{"acl": ["S-\xff"]}', "is not valid UTF-8 (byte 0xff at offset 12"),
     "surrogate": (
         b'{"acl": ["S-1", "\\ud800"]}',
         "'\\ud800' contains U+D800 (an unpaired surrogate)",
@@ -387,7 +387,7 @@ HOSTILE_IDENTITIES = [
         b'{"type":"identity","email":"m@x.example","account_id":"S-9","account_id":"S-1"}',
         "key 'account_id' appears twice",
     ),
-    (b'{"type":"identity","email":"m@x.example","account_id":"S-\xff"}', "not valid UTF-8"),
+    (b'{"type":"identity","email":"m@x.example","account_id":"S-\xff"}', "is not valid UTF-8"),
     ('{"type":"identity","email":"m@x.example","account_id":"S\u202e9"}'.encode(), "U+202E"),
     (b'{"type":"identity","email":"m\\ud800@x.example","account_id":"S-9"}', "field 'email'"),
     (

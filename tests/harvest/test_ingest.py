@@ -61,7 +61,7 @@ def counts(store: KnowledgeStore) -> tuple[int, int, int, int]:
         ({**GOOD_DOC, "metadata": {"bad key": 1}}, "metadata key 'bad key'"),
         ({**GOOD_DOC, "updated_at": "yesterday"}, "field 'updated_at'"),
         ({**GOOD_DOC, "text": "x" * 5000}, "field 'text' is 5000 bytes, over the limit of 4096"),
-        (b'{"type": "identity", "email": "\xff\xfe"}', "not valid UTF-8"),
+        (b'{"type": "identity", "email": "\xff\xfe"}', "is not valid UTF-8"),
         ({"type": "identity", "email": "nobody", "source_system": "s", "account_id": "a"},
          "field 'email'"),
         ({"type": "group", "source_system": "s", "group_id": "g", "members": "S-1"},

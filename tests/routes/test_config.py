@@ -144,7 +144,7 @@ REJECTIONS: list[tuple[str, Callable[[Path], None], str, str, str]] = [
         **m, "tools": [{"name": "t"}]}),
      "manifests/msa.json", "tools.0.pdp_action", "is required"),
     ("invalid JSON", lambda root: (root / "manifests" / "msa.json").write_text("{\"a\": }"),
-     "manifests/msa.json", "", "not valid JSON: Expecting value at line 1 column 7"),
+     "manifests/msa.json", "", "invalid JSON: Expecting value at line 1 column 7"),
     ("bad Cedar", lambda root: write(root / "policies" / "pgar" / "retrieval.cedar",
                                      "permit(principal"),
      "policies/pgar/retrieval.cedar", "", "is not valid Cedar"),

@@ -30,8 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from govrag.errors import InputError, describe_validation
 from govrag.harvest.extract import FrontValue
 from govrag.harvest.records import CORPUS_PATTERN, check_document_metadata, check_id
-from govrag.harvest.strict_json import load_json
 from govrag.store.records import EVERYONE
+from govrag.strict_json import load_json
 from govrag.types import Classification
 
 ACCESS_FILE = "_access.json"

@@ -29,7 +29,7 @@ from govrag.harvest.access import IDENTITIES_FILE
 from govrag.harvest.connector import Item, OwnerLookup
 from govrag.harvest.ingest import read_lines, validate_record
 from govrag.harvest.records import IdentityRecord, Record
-from govrag.harvest.strict_json import load_json
+from govrag.strict_json import load_json
 
 #: An identity binding: (email, account id) of the source's system.
 Binding = tuple[str, str]

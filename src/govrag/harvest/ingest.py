@@ -31,10 +31,10 @@ from govrag.harvest.records import (
     IdentityRecord,
     Record,
 )
-from govrag.harvest.strict_json import load_json
 from govrag.settings import IngestSettings
 from govrag.store.filters import meta_rows
 from govrag.store.records import ChunkRow, DocumentWrite, StoredHashes
+from govrag.strict_json import load_json
 
 _BATCH = 64
 

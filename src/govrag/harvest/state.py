@@ -24,7 +24,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from govrag.errors import InputError, describe_validation
-from govrag.harvest.strict_json import load_json
+from govrag.strict_json import load_json
 
 STATE_DIR = Path(".govrag") / "sources"
 
