@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,7 +21,9 @@ class RightsSource:
         self.readable: dict[str, set[str]] = {}  # doc id -> accounts
         self.known_accounts: set[str] = set()
         self.mode = "ok"
+        #: ``read_timeout``: how long an answer is held back, at most (until ``release``).
         self.delay_s = 0.0
+        self.release = threading.Event()
         self.requests = 0
         self.lock = threading.Lock()
 
@@ -70,7 +71,7 @@ def _handler(source: RightsSource) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("Content-Length", "0"))
             body = json.loads(self.rfile.read(length))
             if source.mode == "read_timeout":
-                time.sleep(source.delay_s)
+                source.release.wait(source.delay_s)
             status, data = source.answer(body)
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -95,6 +96,7 @@ def serve(source: RightsSource) -> Iterator[str]:
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/rights"
     finally:
+        source.release.set()  # let held-back answers go, so no handler outlives the test
         server.shutdown()
         server.server_close()
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 
@@ -15,8 +14,12 @@ from rights_server import RightsSource, serve, unanswered_connect
 
 from conftest import principal
 
-DEADLINE_MS = 2000  # generous: a loaded CI machine must not turn faults into timeouts
-TIMEOUT_DEADLINE_MS = 25  # the timeout faults, against a server that answers after 250 ms
+#: An upper bound only: a healthy loopback source answers in milliseconds, and a CI host
+#: under load must never turn a healthy answer (or another fault) into a timeout.
+DEADLINE_MS = 30_000
+#: The timeout faults: a deadline against a source that holds every answer back until the
+#: test ends, so only the deadline can end the check (whatever the machine's load).
+TIMEOUT_DEADLINE_MS = 25
 RUNS = 100
 CALLER = principal("ana@x.example")
 
@@ -95,7 +98,7 @@ def test_fault_matrix_every_unverified_chunk_is_withheld(
         else:
             url = stack.enter_context(serve(source))
         source.mode = mode
-        source.delay_s = 0.25
+        source.delay_s = 3600.0  # held back until the server stops (see rights_server)
         deadline_ms = TIMEOUT_DEADLINE_MS if mode.endswith("timeout") else DEADLINE_MS
         lookup = accounts_of
         if mode == "checker_raising":
@@ -108,11 +111,12 @@ def test_fault_matrix_every_unverified_chunk_is_withheld(
         stack.callback(http.close)
         trim = RightsTrim(http)
         served = unverified = 0
-        worst = 0.0
-        for _ in range(RUNS):
-            started = time.monotonic()
+        # Held-back answers keep a server thread each until the test ends: fewer runs.
+        runs = RUNS // 5 if mode.endswith("timeout") else RUNS
+        for _ in range(runs):
+            # Returning at all bounds the check: a read_timeout answer never comes before
+            # the server stops, and a connect_timeout connect never completes.
             kept, withheld, checks = trim.trim(CALLER, hits())
-            worst = max(worst, time.monotonic() - started)
             # Partial answers confirm what they name; every other chunk is unverified.
             confirmed_docs = {h.doc_id for h in kept}
             assert all(h.doc_id in confirmed_docs for h in kept)
@@ -123,11 +127,10 @@ def test_fault_matrix_every_unverified_chunk_is_withheld(
             assert checks[0].status == status
         assert served == 0
         if mode == "partial":
-            assert unverified == RUNS * 10  # half the documents answered, half withheld
+            assert unverified == runs * 10  # half the documents answered, half withheld
         else:
-            assert unverified == RUNS * 20
-        # The deadline bounds the check (with slack for a loaded machine).
-        assert worst < deadline_ms / 1000 + 1.0
+            assert unverified == runs * 20
+        assert not source.release.is_set()  # nothing was answered: the deadline ended it
 
 
 def test_a_caller_without_an_account_at_the_source_is_withheld_without_asking(

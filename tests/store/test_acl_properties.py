@@ -6,9 +6,10 @@ brute-force cosine. For random worlds and queries in every strategy:
 - every result is readable by the caller;
 - the exact legs (keyword, semantic) return the reference top-k over the allowed set, with
   BM25 statistics counted over that set only;
-- the hidden marker names only sources/authors of unreadable candidates the caller could ask
-  for (same tenant, requested corpora, at or below the clearance) that rank in the top-k there
-  and match the query's words with at least half the best such BM25 score; at most three.
+- the hidden marker, whatever the strategy, names only sources/authors of unreadable
+  candidates the caller could ask for (same tenant, requested corpora, at or below the
+  clearance) that rank in the keyword top-k there with at least half its best BM25 score;
+  at most three.
 """
 
 from __future__ import annotations
@@ -300,13 +301,9 @@ def check_store(
                 assert {e for e, _ in got} <= can, "a result the caller may not read"
                 if strategy is Strategy.KEYWORD:
                     check_topk(got, lexical, k)
-                    marker_ref = asked
                 elif strategy is Strategy.SEMANTIC:
                     check_topk(got, {e: s for e, s in dense.items() if e in can}, k)
-                    marker_ref = {d.ext: dense[d.ext] for d in askable}
-                else:
-                    marker_ref = {}
-                check_marker(world, tenant, askable, can, result, marker_ref, asked, k, email)
+                check_marker(world, tenant, askable, can, result, asked, k, email)
 
 
 def check_marker(
@@ -315,13 +312,11 @@ def check_marker(
     askable: list[RDoc],
     can: set[str],
     result: object,
-    reference: dict[str, float],
-    lexical: dict[str, float],
+    asked: dict[str, float],
     k: int,
     email: str,
 ) -> None:
-    """``reference``: the strategy's scores over the askable documents (empty for hybrid,
-    whose fused order only the containment checks cover); ``lexical``: their BM25."""
+    """``asked``: BM25 over the documents the caller could ask for (``askable``)."""
     hidden = result.hidden  # type: ignore[attr-defined]
     by_ext = {d.ext: d for d in askable}
     named = {(s.source_system, s.author_email) for s in hidden.sources}
@@ -330,28 +325,21 @@ def check_marker(
     if not principals(world, tenant, email):
         assert not hidden.present  # no identity: learns nothing
         return
-    bar = 0.5 * max(lexical.values(), default=0.0)
-
-    def relevant_by(margin: float) -> set[str]:
-        return {e for e in by_ext if e not in can and lexical.get(e, 0.0) >= bar + margin > 0}
-
-    relevant, clearly = relevant_by(-EPS), relevant_by(EPS)
-
-    def contacts(exts: set[str]) -> set[tuple[str, str | None]]:
-        return {(by_ext[e].system, author_email(world, by_ext[e])) for e in exts}
-
-    assert named <= contacts(relevant), "marker names no relevant, askable, unreadable doc"
-    if not reference:
-        return  # hybrid: only the containment above is exact
-    ranked = sorted(reference.items(), key=lambda p: -p[1])
+    ranked = sorted(asked.items(), key=lambda p: -p[1])
     top = ranked[:k]
     if not top:
         assert not hidden.present
         return
-    kth = top[-1][1]
-    may = {e for e, s in ranked if s >= kth - EPS and e in relevant}
-    must = {e for e, s in top if s > kth + EPS and e in clearly}
-    assert named <= contacts(may)
+    kth, bar = top[-1][1], 0.5 * top[0][1]
+
+    def contacts(exts: set[str]) -> set[tuple[str, str | None]]:
+        return {(by_ext[e].system, author_email(world, by_ext[e])) for e in exts}
+
+    # May count: ranks in the top-k (ties at the cut included) and clears the bar; must:
+    # clearly in the top-k and clearly over the bar.
+    may = {e for e, s in ranked if s >= kth - EPS and s >= bar - EPS and e not in can}
+    must = {e for e, s in top if s > kth + EPS and s > bar + EPS and e not in can}
+    assert named <= contacts(may), "marker names no relevant, askable, unreadable document"
     if must:
         assert hidden.present
     if len(contacts(may)) <= 3:

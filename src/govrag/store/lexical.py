@@ -24,7 +24,9 @@ import gc
 import hashlib
 import os
 import shutil
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -36,6 +38,8 @@ from govrag.store.records import IndexedChunk
 
 _SEQ_FILE = "applied_seq"
 _FORMAT_FILE = "format"
+#: Filter statistics kept per index (a few KB each).
+STATS_ENTRIES = 4096
 #: Bump when the schema or the meaning of a field changes: an index of another format is
 #: discarded on open and rebuilt from the truth store.
 FORMAT = "2"
@@ -88,6 +92,11 @@ class LexicalIndex:
                 "run `govrag index rebuild` to recreate it"
             ) from exc
         self.loaded_seq = self.applied_seq()
+        #: Statistics of recent filters at ``loaded_seq``: ``(filter, prefix) -> counts``. A
+        #: caller's next search mostly repeats its filter, and counting under it is most of
+        #: the cost of a search; any reload empties it.
+        self._stats: OrderedDict[tuple[object, ...], list[tuple[str, int]]] = OrderedDict()
+        self._stats_lock = threading.Lock()
 
     # -- watermark -------------------------------------------------------------------------
     def applied_seq(self) -> int:
@@ -113,8 +122,7 @@ class LexicalIndex:
         """Reload the reader to see commits of other processes; returns their watermark."""
         seq = self.applied_seq()
         if seq != self.loaded_seq:
-            self._index.reload()
-            self.loaded_seq = seq
+            self._reload(seq)
         return seq
 
     # -- writes ----------------------------------------------------------------------------
@@ -152,8 +160,37 @@ class LexicalIndex:
             del writer
             gc.collect()  # drop the Rust writer now, releasing the index lock for others
         self._write_seq(seq)
-        self._index.reload()
-        self.loaded_seq = seq
+        self._reload(seq)
+
+    def _reload(self, seq: int) -> None:
+        with self._stats_lock:
+            self._index.reload()
+            self.loaded_seq = seq
+            self._stats.clear()
+
+    def _counts(
+        self,
+        searcher: tantivy.Searcher,
+        scope: tantivy.Query,
+        key: tuple[object, ...],
+        field: str,
+        prefix: str,
+    ) -> list[tuple[str, int]]:
+        """``terms_with_prefix`` under the filter ``scope``, cached by ``key`` (the reader
+        generation first, then what identifies the filter)."""
+        entry = (key, field, prefix)
+        with self._stats_lock:
+            found = self._stats.get(entry)
+            if found is not None:
+                self._stats.move_to_end(entry)
+                return found
+        counts = searcher.terms_with_prefix(field, prefix, filter_query=scope)
+        with self._stats_lock:
+            if key[0] == self.loaded_seq:  # still the current generation
+                self._stats[entry] = counts
+                while len(self._stats) > STATS_ENTRIES:
+                    self._stats.popitem(last=False)
+        return counts
 
     def _writer(self) -> tantivy.IndexWriter:
         deadline = time.monotonic() + WRITER_WAIT_SECONDS
@@ -232,15 +269,23 @@ class LexicalIndex:
         # Always a filter, even "everything": counts under a filter see live documents only
         # (a deleted one stays in its segment's term counts until a merge).
         scope = q.boolean_query([(occur.Must, f) for f in filters]) if filters else q.all_query()
-        searcher = self._index.searcher()
-        lengths = searcher.terms_with_prefix("dl", "", filter_query=scope)
+        with self._stats_lock:  # a searcher, and the generation its statistics belong to
+            searcher, generation = self._index.searcher(), self.loaded_seq
+        key = (
+            generation,
+            None if corpora is None else tuple(corpora),
+            None if acl_tokens is None else tuple(acl_tokens),
+            max_classification,
+            None if doc_ids is None else tuple(doc_ids),
+        )
+        lengths = self._counts(searcher, scope, key, "dl", "")
         n = sum(count for _, count in lengths)
         if n == 0:
             return []
         avgdl = sum(int(dl) * count for dl, count in lengths) / n
         weighted: list[tuple[tantivy.Occur, tantivy.Query]] = []
         for term in unique:
-            tokens = searcher.terms_with_prefix("tf", term + bm25.SEP, filter_query=scope)
+            tokens = self._counts(searcher, scope, key, "tf", term + bm25.SEP)
             df = sum(count for _, count in tokens)
             if df == 0:
                 continue

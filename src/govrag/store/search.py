@@ -10,11 +10,11 @@ security argument:
    cannot read moves a score or an order.
 3. Fuse, cut to top-k, then re-check those ids against the truth store's ACL; a mismatch is
    dropped and recorded as an incident (a derived index can lag, the truth store cannot).
-4. The hidden-item marker, which must not become an oracle: it ranks once more over what
-   the caller *could ask an owner for* (the same tenant, the requested corpora, at or below
-   the caller's clearance: the access predicate lifted, nothing else) and reports only
-   *whether* a top-k candidate there was unreadable *and relevant on the text* (a lexical
-   match scoring at least ``marker_min_relevance`` of the best one), with at most
+4. The hidden-item marker, which must not become an oracle: a keyword ranking over what the
+   caller *could ask an owner for* (the same tenant, the requested corpora, at or below the
+   caller's clearance: the access predicate lifted, nothing else), whatever the strategy;
+   it reports only *whether* a top-k candidate there, scoring at least
+   ``marker_min_relevance`` of the best one, was unreadable, with at most
    ``marker_max_contacts`` source systems and author emails. A request with caller filters
    gets no marker: metadata never selects a hidden candidate.
 """
@@ -65,10 +65,10 @@ class SearchBackend(Protocol):
 
     search_settings: SearchSettings
     embedder: Embedder | None
-    #: Whether the hidden-item marker's ranking (access predicate lifted) may run on another
-    #: thread while the caller's runs (each then reads on its own connection). PostgreSQL:
-    #: both rankings are mostly server time, on two cores. SQLite: no, the caller's ranking
-    #: reuses the marker's vector product, so the marker goes first.
+    #: Whether the hidden-item marker's keyword ranking may run on another thread while the
+    #: caller's ranking runs (each then reads on its own connection). PostgreSQL: yes, the
+    #: caller's vector leg is server time, and tantivy releases the GIL while it searches.
+    #: SQLite: no, the store serialises its searches on one connection.
     concurrent_marker: bool
 
     def known_corpora(self, tenant: str) -> list[str]: ...
@@ -145,16 +145,6 @@ def _query_vector(backend: SearchBackend, tenant: str, query: str) -> FloatArray
     return embedder.embed_query(query)
 
 
-@dataclass(frozen=True)
-class _Ranking:
-    #: The strategy's top-k, best first.
-    ranked: list[tuple[int, float]]
-    #: The lexical leg as it was fused (empty for a semantic ranking).
-    lexical: list[tuple[int, float]]
-    #: The vector leg was stopped by a scan bound.
-    truncated: bool
-
-
 def _rank(
     backend: SearchBackend,
     scope: AccessScope,
@@ -164,8 +154,9 @@ def _rank(
     doc_ids: Sequence[int] | None,
     *,
     acl: bool,
-) -> _Ranking:
-    """The fused ranking under the scope (with its ACL predicate when ``acl``)."""
+) -> tuple[list[tuple[int, float]], bool]:
+    """The fused ranking under the scope (with its ACL predicate when ``acl``), and whether
+    the vector leg was truncated by a scan bound."""
     settings = backend.search_settings
     strategy = request.strategy
     depth = vector_depth = request.top_k
@@ -182,9 +173,9 @@ def _rank(
             scope, qvec, acl=acl, doc_ids=doc_ids, limit=vector_depth
         )
     if strategy is Strategy.KEYWORD:
-        return _Ranking(lexical[: request.top_k], lexical, False)
+        return lexical[: request.top_k], False
     if strategy is Strategy.SEMANTIC:
-        return _Ranking(vector[: request.top_k], [], truncated)
+        return vector[: request.top_k], truncated
     fused = rrf(
         [
             ([c for c, _ in lexical], settings.lexical_weight),
@@ -192,7 +183,7 @@ def _rank(
         ],
         k=settings.rrf_k,
     )
-    return _Ranking(fused[: request.top_k], lexical, truncated)
+    return fused[: request.top_k], truncated
 
 
 def run_search(
@@ -218,29 +209,27 @@ def run_search(
         if not doc_ids:
             return empty
 
-    # The marker's ranking lifts the access predicate. In one thread it goes first: its full
-    # vector product is reused by the caller's ranking (one pass over the matrix instead of
-    # two). A backend that can, runs it beside the caller's ranking instead; the marker is
-    # content-free, so reading it from another snapshot changes nothing shown. A filtered
-    # request gets none: metadata of documents the caller cannot read must select nothing.
+    # The marker's keyword ranking lifts the access predicate. A backend that can, runs it
+    # beside the caller's ranking; the marker is content-free, so reading it from another
+    # snapshot changes nothing shown. A filtered request gets none: metadata of documents the
+    # caller cannot read must select nothing.
     hidden = HiddenMarker()
     marker: Future[HiddenMarker] | None = None
     if backend.search_settings.hidden_marker and not request.filters:
-        marker_args = (backend, scope, request, terms, qvec)
+        marker_args = (backend, scope, request, terms)
         if backend.concurrent_marker:
             marker = _marker_pool().submit(_hidden_marker, *marker_args)
         else:
             hidden = _hidden_marker(*marker_args)
 
     try:
-        ranking = _rank(backend, scope, request, terms, qvec, doc_ids, acl=True)
+        ranked, truncated = _rank(backend, scope, request, terms, qvec, doc_ids, acl=True)
     except BaseException:
         if marker is not None:
             wait([marker])  # never leave it reading from a store the caller may now close
         raise
     if marker is not None:
         hidden = marker.result()
-    ranked = ranking.ranked
     ids = [cid for cid, _ in ranked]
     readable = backend.readable_chunks(scope, ids)
     stale = [cid for cid in ids if cid not in readable]
@@ -269,7 +258,7 @@ def run_search(
         strategy=request.strategy,
         results=hits,
         hidden=hidden,
-        truncated=ranking.truncated,
+        truncated=truncated,
     )
 
 
@@ -280,43 +269,36 @@ def _marker_pool() -> ThreadPoolExecutor:
 
 
 def _hidden_marker(
-    backend: SearchBackend,
-    scope: AccessScope,
-    request: SearchRequest,
-    terms: Sequence[str],
-    qvec: FloatArray | None,
+    backend: SearchBackend, scope: AccessScope, request: SearchRequest, terms: Sequence[str]
 ) -> HiddenMarker:
     """Whether a relevant candidate the caller could ask its owner for was removed by access
     rules, and whom to ask (see the module docstring for the rule).
 
+    Relevance is judged on the query's words alone, whatever the strategy: the candidates are
+    the top-k of a keyword ranking over what the caller could ask for, and a withheld one
+    counts when it scores at least ``marker_min_relevance`` of the best there. A vector
+    neighbour that shares no word with the query never counts.
+
     Content-free by construction: only source systems and author emails leave this function.
     """
     settings = backend.search_settings
-    ranking = _rank(backend, scope, request, terms, qvec, None, acl=False)
-    candidates = [cid for cid, _ in ranking.ranked]
-    if not candidates:
+    ranked = backend.lexical_leg(scope, terms, acl=False, doc_ids=None, limit=request.top_k)
+    if not ranked:
         return HiddenMarker()
-    readable = backend.readable_chunks(scope, candidates)
-    removed = [cid for cid in candidates if cid not in readable]
-    if not removed:
+    bar = settings.marker_min_relevance * max(score for _, score in ranked)
+    relevant = [cid for cid, score in ranked if score > 0.0 and score >= bar]
+    readable = backend.readable_chunks(scope, relevant)
+    hidden = [cid for cid in relevant if cid not in readable]
+    if not hidden:
         return HiddenMarker()
-    lexical = ranking.lexical
-    if request.strategy is Strategy.SEMANTIC:  # relevance is judged on the text alone
-        depth, _ = settings.hybrid_depths(request.top_k)
-        lexical = backend.lexical_leg(scope, terms, acl=False, doc_ids=None, limit=depth)
-    scores = dict(lexical)
-    bar = settings.marker_min_relevance * max(scores.values(), default=0.0)
-    relevant = [cid for cid in removed if scores.get(cid, 0.0) > 0.0 and scores[cid] >= bar]
-    if not relevant:
-        return HiddenMarker()
-    info = backend.chunk_info(scope.tenant, relevant)
+    info = backend.chunk_info(scope.tenant, hidden)
     # In rank order, each contact once, at most marker_max_contacts: a bounded set, never a
     # list per document, and shown sorted (the order says nothing about the ranking).
-    contacts = dict.fromkeys(
-        (info[cid].source_system, info[cid].author_email) for cid in relevant if cid in info
+    ranked_contacts = dict.fromkeys(
+        (info[cid].source_system, info[cid].author_email) for cid in hidden if cid in info
     )
     chosen = sorted(
-        list(contacts)[: settings.marker_max_contacts], key=lambda s: (s[0], s[1] or "")
+        list(ranked_contacts)[: settings.marker_max_contacts], key=lambda s: (s[0], s[1] or "")
     )
     return HiddenMarker(
         present=True,
