@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, settings
 
 from embedded_pg import skip_module_unless_available
 from govrag.agent.llm import LlmReply, Message
@@ -22,6 +23,12 @@ from govrag.settings import SearchSettings
 from govrag.store.protocol import KnowledgeStore
 from govrag.store.sqlite import SQLiteStore
 from govrag.types import Classification, Principal
+
+# No test may depend on timing or machine load: Hypothesis's per-example deadline and its
+# too-slow health check are wall-clock thresholds, so every property test runs without them
+# (an explicit @settings may still narrow the number of examples).
+settings.register_profile("govrag", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("govrag")
 
 if TYPE_CHECKING:
     from embedded_pg import PgServer

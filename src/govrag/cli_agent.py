@@ -114,9 +114,9 @@ def print_replay(r: Replay, out: Console) -> None:
     for p in r.proposed:
         args = p.get("arguments") if "arguments" in p else {"query": p.get("query")}
         state = "" if p.get("accepted", True) else f" REFUSED: {p.get('error')}"
-        out.print(f"[bold]Proposed:[/] {escape(str(p.get('tool')))} on "
-                  f"{escape(str(p.get('corpus')))} {escape(str(args))}{escape(state)}",
-                  highlight=False)  # fmt: skip
+        on = f" on {p['corpus']}" if p.get("corpus") else ""
+        out.print(f"[bold]Proposed:[/] {escape(str(p.get('tool')))}{escape(on)} "
+                  f"{escape(str(args))}{escape(state)}", highlight=False)  # fmt: skip
     for d in r.decisions:
         out.print(f"[bold]Policy:[/] {d['policy_version']} -> {d['verdict']} ({d['reason']}) "
                   f"on {d['action']} {d['resource']} (audit {d['audit_id']})",

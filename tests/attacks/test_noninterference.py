@@ -254,13 +254,13 @@ def run_on_sqlite(scenario: Scenario) -> None:
         check(scenario, open_world)
 
 
-@examples(30)
+@examples(20)
 @given(scenario=scenarios())
 def test_sqlite_outputs_do_not_depend_on_what_p_cannot_see(scenario: Scenario) -> None:
     run_on_sqlite(scenario)
 
 
-@examples(12)
+@examples(8)
 @given(scenario=scenarios())
 def test_postgres_outputs_do_not_depend_on_what_p_cannot_see(
     pg_cluster: Any, scenario: Scenario

@@ -53,7 +53,7 @@ set_group = st.tuples(
 )
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     initial=st.lists(grantees, min_size=len(DOCS), max_size=len(DOCS)),
     ops=st.lists(st.one_of(search, search, set_acl, set_group), min_size=1, max_size=25),
@@ -165,7 +165,7 @@ def corpus_doc(i: int, acl: set[str]) -> DocumentRecord:
                ).model_copy(update={"authority_tier": 1 + i % 5})  # fmt: skip
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     initial=st.lists(grantees, min_size=len(DOCS), max_size=len(DOCS)),
     pool=st.lists(requests, min_size=1, max_size=3),
