@@ -301,3 +301,38 @@ def test_a8_a_checkpoint_dir_that_is_a_file_is_one_line(tmp_path: Path, command:
     assert done.returncode == 2, (done.returncode, done.stderr)
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith("error: ") and "checkpoint_dir" in line, line
+
+
+# -- A9: a faithful quote of a document whose id holds "," ";" "[" or "]" --------------------
+# claims.py promises "a faithful quote always passes". A chunk id is
+# "<source>:<external id>#<n>", and external ids may hold commas, semicolons and brackets (a
+# filesystem source's ids are file paths: "minutes/Board, 5 January.md", "Report [final].md").
+# The citation parser splits a bracket at "," and ";" and cannot see a bracket inside one, so
+# the offline responder's own faithful quote "... per day. [sp:minutes/Board, 5 January.md#0]"
+# is judged uncited or forged and the answer abstains; with a "]" in the id even the context
+# line (prompts.CONTEXT_LINE) cannot be read back. Such documents can never ground an answer.
+@pytest.mark.parametrize(
+    "external_id", ["minutes/Board, 5 January.md", "Q1; Q2 limits.md", "Report [final].md"]
+)
+def test_a9_a_faithful_quote_of_an_id_with_separators_is_delivered(
+    tmp_path: Path, external_id: str
+) -> None:
+    root = tmp_path / "dep"
+    files = {
+        "routes/routes.json": ROUTES,
+        "manifests/retrieval.json": RETRIEVAL_MANIFEST,
+        "principals.json": {"principals": PRINCIPALS},
+    }
+    for name, body in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(json.dumps(body))
+    base = {"default_tenant": "t1", "default_route": "policy_qa",
+            "embedder": {"name": "hash", "dim": 64}}  # fmt: skip
+    with Deployment.load(root, **base) as dep:  # the offline extractive responder
+        load(dep.store, [ident("officer@bank.example", "A"),
+                         doc(external_id, WIRE, ["A"], corpus="policy-engine")])  # fmt: skip
+        answer = ask(dep)
+        chunk_id = f"sp:{external_id}#0"
+        assert chunk_id in {c.chunk_id for p in answer.packs for c in p.chunks}
+        assert not answer.abstained, (answer.reason, answer.claims)
+        assert [c.chunk_id for c in answer.citations] == [chunk_id]
