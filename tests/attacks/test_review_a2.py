@@ -1,12 +1,15 @@
 """Review attacks (second reviewer): promises of README's "What govrag guarantees" that still
-break. Every test here FAILS on the code it was written against; each names the promise.
+break. Every test here FAILS on the code it was written against (they are red on purpose:
+each is the acceptance test of a fix); each section names the promise it holds govrag to.
 
-Evidence (invariant 8): "a cited sentence must be supported by that chunk (numbers, amounts,
+A1-A4 (invariant 8): "a cited sentence must be supported by that chunk (numbers, amounts,
 dates, negations, names) or it is removed and the answer flagged". The attacker is a caller
-(or a document) steering the model; the model's reply is scripted, the rest is real (SQLite
-store, Cedar, validation, the claim check, the audit log). A forged reply below is delivered
-whole, unflagged, with its citation counted, although it changes a figure, a name or a
-negation of the chunk it cites.
+(or a document) steering the model; the model's reply is scripted, everything else is real
+(SQLite store, Cedar, validation, the claim check, the audit log). Each forged reply is
+delivered whole, unflagged, its citation counted, although it changes a figure, a name or a
+negation of the chunk it cites. A5 and A9: citations as parsed and as recorded. A6: a
+configuration that silently widens rights. A7: replay. A8: one-line errors. A10: model
+arguments read less strictly than any other untrusted JSON.
 """
 
 from __future__ import annotations
@@ -336,3 +339,30 @@ def test_a9_a_faithful_quote_of_an_id_with_separators_is_delivered(
         assert chunk_id in {c.chunk_id for p in answer.packs for c in p.chunks}
         assert not answer.abstained, (answer.reason, answer.claims)
         assert [c.chunk_id for c in answer.citations] == [chunk_id]
+
+
+# -- A10: a model's tool arguments with a repeated key ---------------------------------------
+# strict_json is "the one reader for every JSON text govrag did not write itself" and refuses a
+# repeated key everywhere else (ingest lines, sidecars, deployment files: "the last one would
+# silently win"). ToolCall.parse reads a model's arguments with plain json.loads: the proposal
+# below is accepted and searches policy-engine, while the raw arguments (echoed into the next
+# payload, and what a first-wins reader or the model provider's log shows) name hr-policies.
+# README: a model's garbage arguments are refused proposals.
+def test_a10_a_repeated_key_in_model_arguments_is_a_refused_proposal(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    from agent_world import answer as reply
+    from agent_world import calls, deployment_factory, events, with_model
+
+    raw = '{"corpus": "hr-policies", "query": "wire limit", "corpus": "policy-engine"}'
+    factory = deployment_factory(request, tmp_path, "sqlite")
+    make = next(factory)
+    try:
+        dep = with_model(make(), Scripted(calls(("retrieve_documents", raw)), reply()))
+        done = dep.orchestrator.ask(dep.principal("officer"), "What is the wire limit?")
+        (proposal,) = [e.payload for e in events(dep, done.request_id) if e.kind == "proposal"]
+        assert proposal["accepted"] is False, (
+            f"accepted as {proposal['arguments']}, decided {[d.corpus for d in done.decisions]}"
+        )
+    finally:
+        next(factory, None)
