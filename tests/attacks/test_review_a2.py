@@ -366,3 +366,21 @@ def test_a10_a_repeated_key_in_model_arguments_is_a_refused_proposal(
         )
     finally:
         next(factory, None)
+
+
+# -- A11: ingest never loses good lines: lines ended by a lone CR ----------------------------
+# read_lines splits a JSONL file at b"\n" only. A feed exported with CR line ends (classic Mac
+# tools, some Windows exporters misconfigured) is one "line": every good record is lost and
+# reported as a single "invalid JSON: Extra data" error on line 1.
+def test_a11_records_on_cr_ended_lines_land(sqlite_store: Any, tmp_path: Path) -> None:
+    from govrag.harvest.ingest import ingest_jsonl
+
+    lines = [
+        json.dumps({"type": "identity", "email": f"u{i}@bank.example", "source_system": "sp",
+                    "account_id": f"U{i}"})
+        for i in range(3)
+    ]  # fmt: skip
+    feed = tmp_path / "feed.jsonl"
+    feed.write_bytes("\r".join(lines).encode() + b"\r")
+    report = ingest_jsonl(sqlite_store, feed, "t1")
+    assert (report.identities, report.errors) == (3, 0), report.messages
