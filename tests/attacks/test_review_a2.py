@@ -9,7 +9,7 @@ dates, negations, names) or it is removed and the answer flagged". The attacker 
 delivered whole, unflagged, its citation counted, although it changes a figure, a name or a
 negation of the chunk it cites. A5 and A9: citations as parsed and as recorded. A6: a
 configuration that silently widens rights. A7: replay. A8: one-line errors. A10: model
-arguments read less strictly than any other untrusted JSON.
+arguments read less strictly than any other untrusted JSON. A11: ingest loses CR-ended lines.
 """
 
 from __future__ import annotations
