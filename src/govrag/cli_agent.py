@@ -140,6 +140,11 @@ def print_replay(r: Replay, out: Console) -> None:
                       f"({', '.join(sorted({u['reason'] for u in p['unchecked']}))})",
                       highlight=False)  # fmt: skip
     delivered = r.delivered
+    for incident in r.incidents:
+        if incident.get("kind") == "pin_violation":
+            out.print(f"[bold]Refused:[/] a change of pinned route {incident.get('route_id')} "
+                      f"to {escape(str(incident.get('attempted')))}",
+                      highlight=False)  # fmt: skip
     if r.error is not None:
         e = r.error
         message = e.get("message")

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from govrag import strict_json
 from govrag.audit.trail import safe_text
 
 #: A chat message (see the module docstring).
@@ -41,10 +42,13 @@ class ToolCall:
 
     @classmethod
     def parse(cls, id: str, name: str, raw: str) -> ToolCall:
-        """A call from the model's raw argument text (malformed JSON kept, not raised)."""
+        """A call from the model's raw argument text, read as strictly as any untrusted JSON
+        (:mod:`govrag.strict_json`: a repeated key, NaN or a huge integer is no argument
+        object); what cannot be read is kept raw, not raised, and refused as a proposal."""
+        text = raw.strip()
         try:
-            value = json.loads(raw) if raw.strip() else {}
-        except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
+            value = strict_json.parse(text, max_int_digits=MAX_ARGUMENT_INT_DIGITS) if text else {}
+        except strict_json.JsonProblem:
             value = None
         return cls(id=id, name=name, arguments=value if isinstance(value, dict) else None,
                    raw_arguments=raw)  # fmt: skip
@@ -88,6 +92,8 @@ class LlmReply:
 MAX_ID_CHARS = 256
 #: Longest raw argument text kept; the proposal check refuses far shorter arguments anyway.
 MAX_RAW_ARGUMENT_CHARS = 65_536
+#: Longest integer literal in a model's tool arguments (a 64-bit integer has at most 20).
+MAX_ARGUMENT_INT_DIGITS = 20
 
 
 def _bounded(text: object, limit: int | None) -> str:

@@ -33,7 +33,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from govrag.audit.keys import key_id
-from govrag.errors import describe_validation
+from govrag.errors import ConfigError, describe_validation
 from govrag.store.audit import AuditEvent, canonical
 
 FORMAT: Literal["govrag-audit-checkpoint/1"] = "govrag-audit-checkpoint/1"
@@ -164,6 +164,11 @@ class CheckpointDir:
             entries = sorted(self.root.iterdir())
         except FileNotFoundError:
             return
+        except NotADirectoryError:
+            raise ConfigError(
+                f"[audit] checkpoint_dir {str(self.root)!r} is a file, not a folder; point "
+                "checkpoint_dir at a folder (or move the file away)"
+            ) from None
         yield from (e for e in entries if e.is_dir() and e.name[:2] in ("t-", "h-"))
 
     def read(self, path: Path, public: Ed25519PublicKey) -> Checkpoint | BadCheckpoint:

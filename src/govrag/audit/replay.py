@@ -121,7 +121,9 @@ def replay(log: AuditReader, tenant: str, request_id: str) -> Replay:
         ],
         delivered=_delivered(response[-1].payload, memory) if response else None,
         chain_ok=log.verify_audit(tenant).ok,
-        incidents=[e.payload for e in by_kind.get("incident", [])],
+        # A refused attempt to change a pinned session is how such a request ended.
+        incidents=[e.payload for e in by_kind.get("incident", [])]
+        + [{"kind": "pin_violation", **e.payload} for e in by_kind.get("pin_violation", [])],
         error=errors[-1].payload if (errors := by_kind.get("error")) else None,
     )
 

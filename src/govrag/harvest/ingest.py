@@ -12,6 +12,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,18 +141,32 @@ def validate_record(obj: object, *, max_text_bytes: int) -> Record:
 
 
 def read_lines(path: Path) -> Iterator[tuple[int, bytes, int]]:
-    """(line number, line bytes without newline, bytes consumed) for each non-blank line."""
+    """(line number, line bytes without its end, bytes consumed) for each line; a blank line
+    gives ``b""``. Lines end at LF, CRLF or a lone CR (exporters write all three); valid JSON
+    never holds a raw CR or LF inside a value, so none of them splits a record."""
     try:
         fh = path.open("rb")
     except OSError as exc:
         raise InputError(f"cannot read {str(path)!r}: {exc.strerror}") from exc
+    number = 0
+    pending = b""
     with fh:
-        for number, line in enumerate(fh, start=1):
-            stripped = line.strip()
-            if stripped:
-                yield number, stripped, len(line)
-            else:
-                yield number, b"", len(line)
+        while block := fh.read(1 << 20):
+            pending += block
+            # A CR at the end of the block may be the first half of a CRLF: keep it.
+            cut = len(pending) - 1 if pending.endswith(b"\r") else len(pending)
+            start = 0
+            for m in _LINE_END.finditer(pending, 0, cut):
+                number += 1
+                yield number, pending[start : m.start()].strip(), m.end() - start
+                start = m.end()
+            pending = pending[start:]
+    if pending:
+        number += 1
+        yield number, pending.strip(), len(pending)
+
+
+_LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
 def _sha(obj: Any) -> str:

@@ -232,7 +232,25 @@ def _read_bundle(c: _Collector, directory: Path) -> PolicyBundle | None:
         return None
     data = c.read_json(meta)
     info = c.model(BundleInfo, data, meta) if data is not None else None
-    files = sorted(directory.glob("*.cedar"))
+    # Every file of the folder is read or refused, never skipped: a forbid saved under a
+    # name the loader passed over would silently permit what it was written to refuse.
+    files: list[Path] = []
+    schemas: list[Path] = []
+    for entry in sorted(directory.iterdir()):
+        suffix = entry.suffix.casefold()
+        if entry.name.startswith(".") or entry == meta:
+            continue
+        if entry.is_file() and suffix == ".cedar":
+            files.append(entry)
+        elif entry.is_file() and suffix == ".cedarschema":
+            schemas.append(entry)
+        else:
+            c.add(entry, "", "is neither a policy (*.cedar), a schema (*.cedarschema) nor "
+                  "bundle.json, and would not be read; rename or remove it")  # fmt: skip
+            c.failed(directory)
+    if len(schemas) > 1:
+        c.add(directory, "", f"holds {len(schemas)} *.cedarschema files; keep one")
+        c.failed(directory)
     if not files:
         c.add(directory, "", "holds no *.cedar policy file")
     texts = []
@@ -245,8 +263,7 @@ def _read_bundle(c: _Collector, directory: Path) -> PolicyBundle | None:
         except ValueError as exc:
             c.add(file, "", f"is not valid Cedar: {exc}")
         texts.append(text)
-    schemas = sorted(directory.glob("*.cedarschema"))
-    schema = c.read_cedar(schemas[0]) if schemas else None
+    schema = c.read_cedar(schemas[0]) if len(schemas) == 1 else None
     if info is None or not files or len(texts) < len(files) or (schemas and schema is None):
         c.failed(directory)
         return None
