@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -18,6 +19,7 @@ from govrag.agent.extractive import ExtractiveResponder
 from govrag.agent.limits import RequestLimits
 from govrag.agent.llm import LlmClient
 from govrag.agent.orchestrator import Orchestrator
+from govrag.agent.retrieve import RETRIEVE_TOOL
 from govrag.audit.anchor import AuditVerification, CheckpointRun, checkpoint_now, verify_anchored
 from govrag.audit.auto import Checkpointer
 from govrag.audit.checkpoint import CheckpointDir
@@ -37,8 +39,9 @@ from govrag.gateway.cache import ResultCache
 from govrag.gateway.rights import RightsChecker, RightsTrim, StoredAclChecker
 from govrag.policy.marker import MarkerGate
 from govrag.policy.pdp import CedarPDP
-from govrag.policy.pep import PolicyEnforcementPoint
+from govrag.policy.pep import PolicyEnforcementPoint, Proposal
 from govrag.routes.config import DeploymentConfig, Problem, check_config, describe_problems
+from govrag.routes.models import Retrieval
 from govrag.routes.session import Sessions
 from govrag.settings import (
     CONFIG_FILE,
@@ -235,6 +238,7 @@ class Deployment:
                 self.store,
                 budget=self.settings.search.marker_budget,
                 window_hours=self.settings.search.marker_window_hours,
+                max_contacts=self.settings.search.marker_max_contacts,
             ),
             # A corpus belongs to one tenant: its own setting, else the deployment's.
             corpus_tenants={cid: c.tenant for cid, c in self.settings.corpora.items() if c.tenant},
@@ -268,7 +272,7 @@ class Deployment:
             self.llm,
             audit=self.store,
             catalog=self.store.list_corpora,
-            is_empty=self.store.is_empty,
+            is_empty=self.store.is_empty_for,
             record_access=self.store.record_access,
             strategy=self.settings.search.default_strategy,
             limits=RequestLimits.from_settings(self.settings.llm),
@@ -314,6 +318,34 @@ class Deployment:
         """Create the signing key ``[audit] signing_key`` names; returns its path and id."""
         path = self.settings.resolve_path(self.settings.audit.signing_key)
         return path, generate_key(path)
+
+    def click(self, principal: Principal, source_system: str, external_id: str) -> None:
+        """Count a click on a document's source (the access counter's other signal). Only a
+        document the principal may read, in a corpus the PDP lets it retrieve: the click is
+        a proposal like any other, decided and audited before it is counted. A document
+        that does not exist, may not be read or lies in a denied corpus gets the same
+        :class:`NotFoundError`, so a click is no test of what exists."""
+        corpus = self.store.readable_corpus(principal, source_system, external_id)
+        verdict = "DENY"
+        if corpus is not None:
+            proposal = Proposal(tool="click", action=RETRIEVE_TOOL, corpus=corpus,
+                                query=f"{source_system}:{external_id}")  # fmt: skip
+            done = self.pep.enforce(
+                principal,
+                Retrieval(mode="tool", scope=(corpus,)),
+                proposal,
+                lambda _: self.store.record_access(
+                    principal.tenant, [(source_system, external_id)], kind="click"
+                ),
+                route_id="click",
+                request_id=f"req-{secrets.token_hex(8)}",
+                session_id="",
+            )
+            verdict = done.decision.verdict
+        if verdict != "ALLOW":
+            raise NotFoundError(
+                f"no document {f'{source_system}:{external_id}'!r} that {principal.sub!r} may read"
+            )
 
     def unrouted_corpora(self, tenant: str) -> list[str]:
         """Corpora of ``tenant`` that no route may search (so every retrieve of them is

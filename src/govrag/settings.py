@@ -80,10 +80,6 @@ class SearchSettings(_Section):
     default_strategy: Strategy = Strategy.HYBRID
     #: Report whether a relevant candidate was removed by access rules (content-free).
     hidden_marker: bool = True
-    #: The marker counts a withheld candidate only when it is in the keyword top-k over the
-    #: documents the caller could ask for, with a BM25 score of at least this share of the
-    #: best one there (a vector match alone never counts).
-    marker_min_relevance: float = Field(default=0.5, gt=0.0, le=1.0)
     #: Most contacts (source system, author email) one marker names.
     marker_max_contacts: int = Field(default=3, ge=1, le=20)
     #: Markers shown to one principal per window; past it the marker is withheld (and the

@@ -68,9 +68,12 @@ def test_searching_an_allowed_empty_corpus_gives_an_empty_pack(dep: Deployment) 
     assert "m-and-a-deals" not in json.dumps(only_fresh.as_dict())
 
 
-def test_asking_over_an_empty_corpus_abstains_with_no_evidence(dep: Deployment) -> None:
+def test_asking_over_an_empty_corpus_is_an_ungrounded_answer(dep: Deployment) -> None:
+    """A route whose corpora hold nothing the caller could read or ask for is an empty
+    knowledge store to that caller (seed 004): no search tool, no search, the model's answer
+    marked ungrounded. Not an error, and nothing about other corpora."""
     answer = dep.orchestrator.ask(ANA, "What are the wire transfer limits?", route_id="prefetch")
-    assert answer.abstained and answer.reason == "no_evidence"
+    assert not answer.grounded and answer.decisions == () and answer.packs == ()
     assert "m-and-a-deals" not in json.dumps(answer.as_dict(), default=str)
     kinds = [e.kind for e in dep.store.audit_events("t1", request_id=answer.request_id)]
     assert "error" not in kinds and kinds[-1] == "response"

@@ -6,10 +6,10 @@ brute-force cosine. For random worlds and queries in every strategy:
 - every result is readable by the caller;
 - the exact legs (keyword, semantic) return the reference top-k over the allowed set, with
   BM25 statistics counted over that set only;
-- the hidden marker, whatever the strategy, names only sources/authors of unreadable
-  candidates the caller could ask for (same tenant, requested corpora, at or below the
-  clearance) that rank in the keyword top-k there with at least half its best BM25 score;
-  at most three.
+- the hidden marker, whatever the strategy, is present exactly when an unreadable document
+  the caller could ask for (same tenant, requested corpora, at or below the clearance) holds
+  every query term, and names the first three distinct sources/authors of those documents
+  in ingest order.
 """
 
 from __future__ import annotations
@@ -282,7 +282,6 @@ def check_store(
         askable = [
             d for d in world.docs if d.tenant == tenant and d.corpus in scope and d.level <= ceiling
         ]
-        asked = bm25(askable, query)
         for email in EMAILS:
             caller = Principal(
                 sub="u", email=email, tenant=tenant, clearance=Classification(ceiling)
@@ -303,7 +302,7 @@ def check_store(
                     check_topk(got, lexical, k)
                 elif strategy is Strategy.SEMANTIC:
                     check_topk(got, {e: s for e, s in dense.items() if e in can}, k)
-                check_marker(world, tenant, askable, can, result, asked, k, email)
+                check_marker(world, tenant, askable, can, result, query, email)
 
 
 def check_marker(
@@ -312,35 +311,18 @@ def check_marker(
     askable: list[RDoc],
     can: set[str],
     result: object,
-    asked: dict[str, float],
-    k: int,
+    query: str,
     email: str,
 ) -> None:
-    """``asked``: BM25 over the documents the caller could ask for (``askable``)."""
     hidden = result.hidden  # type: ignore[attr-defined]
-    by_ext = {d.ext: d for d in askable}
-    named = {(s.source_system, s.author_email) for s in hidden.sources}
+    named = [(s.source_system, s.author_email) for s in hidden.sources]
     assert hidden.present == bool(named)
-    assert len(named) <= 3, "the marker names a bounded set of contacts"
     if not principals(world, tenant, email):
         assert not hidden.present  # no identity: learns nothing
         return
-    ranked = sorted(asked.items(), key=lambda p: -p[1])
-    top = ranked[:k]
-    if not top:
-        assert not hidden.present
-        return
-    kth, bar = top[-1][1], 0.5 * top[0][1]
-
-    def contacts(exts: set[str]) -> set[tuple[str, str | None]]:
-        return {(by_ext[e].system, author_email(world, by_ext[e])) for e in exts}
-
-    # May count: ranks in the top-k (ties at the cut included) and clears the bar; must:
-    # clearly in the top-k and clearly over the bar.
-    may = {e for e, s in ranked if s >= kth - EPS and s >= bar - EPS and e not in can}
-    must = {e for e, s in top if s > kth + EPS and s > bar + EPS and e not in can}
-    assert named <= contacts(may), "marker names no relevant, askable, unreadable document"
-    if must:
-        assert hidden.present
-    if len(contacts(may)) <= 3:
-        assert contacts(must) <= named
+    analyze = default_analyzer().analyze
+    words = set(analyze(query))
+    counted = [d for d in askable
+               if words and d.ext not in can and words <= set(analyze("\n" + d.text))]  # fmt: skip
+    contacts = list(dict.fromkeys((d.system, author_email(world, d)) for d in counted))
+    assert named == sorted(contacts[:3], key=lambda c: (c[0], c[1] or ""))

@@ -74,7 +74,7 @@ class Orchestrator:
         *,
         audit: AuditSink,
         catalog: Catalog,
-        is_empty: Callable[[str], bool],
+        is_empty: Callable[[Principal, Sequence[str]], bool],
         record_access: Callable[[str, list[tuple[str, str]]], None] | None = None,
         executors: Mapping[str, ToolExecutor] | None = None,
         strategy: Strategy = Strategy.HYBRID,
@@ -145,7 +145,11 @@ class Orchestrator:
         )
         mode = session.retrieval.mode
         workflow = self.config.workflows.get(route.workflow_id) if route.workflow_id else None
-        grounded = mode != "none" and not self.is_empty(principal.tenant)
+        # Empty as far as this caller could know: nothing in the route's scope at or below
+        # its clearance (a tenant-wide check would tell it that something above exists). A
+        # route with an empty scope is not "empty": its every retrieve is a DENY (seed 003).
+        scope = session.retrieval.scope
+        grounded = mode != "none" and (not scope or not self.is_empty(principal, scope))
         if mode == "none":
             pattern = "none"
         elif workflow is not None:
@@ -399,7 +403,7 @@ class Orchestrator:
             flagged = False
         citations = [] if abstained else cited(reply, handed)[0]
         unknown = [u for c in claims.claims for u in c.unknown] if claims else []
-        hidden = merged_hidden(run.packs)
+        hidden = merged_hidden(run.packs, self.governed.pep.markers.max_contacts)
         run.trace.update(
             {
                 "retrievals": run.retrievals,

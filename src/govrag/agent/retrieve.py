@@ -38,7 +38,6 @@ from govrag.routes.session import Session, Sessions
 from govrag.types import (
     ContextPack,
     HiddenMarker,
-    HiddenSource,
     MetadataFilter,
     PackChunk,
     Principal,
@@ -173,7 +172,8 @@ class GovernedSearch:
             where["stage"] = "validation"
             report, packs = self.validate(principal, query, packs, session,
                                           [d for d, _ in done], request_id)  # fmt: skip
-            return _merge(request, request_id, session, [d for d, _ in done], packs, report)
+            return _merge(request, request_id, session, [d for d, _ in done], packs, report,
+                          self.pep.markers.max_contacts)  # fmt: skip
 
     def trail(
         self, principal: Principal, session: Session, request_id: str
@@ -317,6 +317,7 @@ def _merge(
     decisions: list[CorpusDecision],
     packs: list[ContextPack],
     report: ValidationReport,
+    limit: int,
 ) -> GovernedResult:
     # One tenant's lexical index scores every corpus alike, and fused scores are rank-based,
     # so per-corpus lists merge by score; ties keep the corpus order.
@@ -329,16 +330,18 @@ def _merge(
         strategy=request.strategy,
         packs=tuple(packs),
         results=tuple(hits[: request.top_k]),
-        hidden=merged_hidden(packs),
+        hidden=merged_hidden(packs, limit),
         decisions=tuple(decisions),
         validation=report,
         truncated=any(p.search_truncated for p in packs),
     )
 
 
-def merged_hidden(packs: Sequence[ContextPack]) -> HiddenMarker:
-    """One request's hidden-item marker: present if any pack's is, each source once."""
-    sources: dict[HiddenSource, None] = {}
-    for p in packs:
-        sources.update(dict.fromkeys(p.hidden.sources))
-    return HiddenMarker(present=any(p.hidden.present for p in packs), sources=tuple(sources))
+def merged_hidden(packs: Sequence[ContextPack], limit: int) -> HiddenMarker:
+    """One request's hidden-item marker: present if any pack's is, each source once, at most
+    ``limit`` of them for the whole request (the first by source system and email): however
+    many corpora it searched, a request names a bounded set of contacts."""
+    sources = sorted({s for p in packs for s in p.hidden.sources},
+                     key=lambda s: (s.source_system, s.author_email or ""))  # fmt: skip
+    return HiddenMarker(present=any(p.hidden.present for p in packs),
+                        sources=tuple(sources[:limit]))  # fmt: skip

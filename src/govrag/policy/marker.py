@@ -4,7 +4,8 @@ The marker tells a caller that relevant material exists which it may not read, a
 ask (seed 004). Asked often enough, even a content-free yes/no reveals what exists, so the
 marker is governed like a retrieve: each one a pack would carry takes a unit of the caller's
 budget (``[search] marker_budget`` per ``marker_window_hours``, counted in the truth store,
-so every process of a deployment shares it); past the budget, or when the budget or the audit
+so every process of a deployment shares it, and by email, where rights come from, so every
+token or client of one person shares it); past the budget, or when the budget or the audit
 log cannot be written, it is withheld (fail-closed). Either way a ``hidden_marker`` audit event
 records what was shown or withheld, and why.
 """
@@ -30,10 +31,13 @@ class MarkerGate:
         *,
         budget: int = 50,
         window_hours: float = 24.0,
+        max_contacts: int = 3,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.budget = budget
+        #: Most contacts one request's marker names, however many packs it merges.
+        self.max_contacts = max_contacts
         self.window_seconds = window_hours * 3600.0
         self.clock = clock
 
@@ -48,7 +52,7 @@ class MarkerGate:
         reason = None
         try:
             used = self.store.consume_marker(
-                principal.tenant, principal.sub, window=window, budget=self.budget
+                principal.tenant, principal.email, window=window, budget=self.budget
             )
             if used is None:
                 reason = "budget_exhausted"

@@ -244,31 +244,9 @@ class LexicalIndex:
         The statistics are counted under exactly this filter.
         """
         unique = list(dict.fromkeys(t for t in terms if t))
-        if not unique or limit < 1 or (corpora is not None and not corpora):
+        if not unique or limit < 1 or _excludes_all(corpora, acl_tokens, doc_ids):
             return []
-        if acl_tokens is not None and not acl_tokens:
-            return []
-        if doc_ids is not None and not doc_ids:
-            return []
-        q = tantivy.Query
-        occur = tantivy.Occur
-        filters: list[tantivy.Query] = []
-
-        def restrict(field: str, values: Sequence[str] | Sequence[int]) -> None:
-            # Constant score 0: a filter narrows the candidates without changing scores.
-            filters.append(q.const_score_query(q.term_set_query(self.schema, field, values), 0.0))
-
-        if corpora is not None:
-            restrict("corpus", list(corpora))
-        if acl_tokens is not None:
-            restrict("acl", list(acl_tokens))
-        if max_classification is not None:
-            restrict("cls", list(range(max_classification + 1)))
-        if doc_ids is not None:
-            restrict("did", list(doc_ids))
-        # Always a filter, even "everything": counts under a filter see live documents only
-        # (a deleted one stays in its segment's term counts until a merge).
-        scope = q.boolean_query([(occur.Must, f) for f in filters]) if filters else q.all_query()
+        scope = self._scope(corpora, acl_tokens, max_classification, doc_ids)
         with self._stats_lock:  # a searcher, and the generation its statistics belong to
             searcher, generation = self._index.searcher(), self.loaded_seq
         key = (
@@ -283,6 +261,7 @@ class LexicalIndex:
         if n == 0:
             return []
         avgdl = sum(int(dl) * count for dl, count in lengths) / n
+        q, occur = tantivy.Query, tantivy.Occur
         weighted: list[tuple[tantivy.Occur, tantivy.Query]] = []
         for term in unique:
             tokens = self._counts(searcher, scope, key, "tf", term + bm25.SEP)
@@ -300,6 +279,85 @@ class LexicalIndex:
         query = q.boolean_query([(occur.Must, q.boolean_query(weighted)), (occur.Must, scope)])
         return _top(searcher, query, limit)
 
+    def any_match(
+        self,
+        *,
+        corpora: Sequence[str] | None,
+        acl_tokens: Sequence[str] | None,
+        max_classification: int | None,
+    ) -> bool:
+        """Whether any chunk passes the filter (``None``: no such limit)."""
+        if _excludes_all(corpora, acl_tokens, None):
+            return False
+        with self._stats_lock:
+            searcher = self._index.searcher()
+        scope = self._scope(corpora, acl_tokens, max_classification, None)
+        return bool(searcher.search(scope, 1, count=False).hits)
+
+    def _scope(
+        self,
+        corpora: Sequence[str] | None,
+        acl_tokens: Sequence[str] | None,
+        max_classification: int | None,
+        doc_ids: Sequence[int] | None,
+    ) -> tantivy.Query:
+        """The filter ``(corpus) AND (principal tokens) AND (classification <= ceiling) AND
+        (caller-filtered documents)``, each part only when given, as a query of score 0.
+        Always a query, even "everything": counts under a filter see live documents only (a
+        deleted one stays in its segment's term counts until a merge)."""
+        q, occur = tantivy.Query, tantivy.Occur
+        parts: list[tuple[str, Sequence[str] | Sequence[int]]] = []
+        if corpora is not None:
+            parts.append(("corpus", list(corpora)))
+        if acl_tokens is not None:
+            parts.append(("acl", list(acl_tokens)))
+        if max_classification is not None:
+            parts.append(("cls", list(range(max_classification + 1))))
+        if doc_ids is not None:
+            parts.append(("did", list(doc_ids)))
+        if not parts:
+            return q.all_query()
+        return q.boolean_query(
+            [(occur.Must, q.const_score_query(q.term_set_query(self.schema, field, values), 0.0))
+             for field, values in parts]
+        )  # fmt: skip
+
+    def withheld(
+        self,
+        terms: Sequence[str],
+        *,
+        corpora: Sequence[str] | None,
+        acl_tokens: Sequence[str],
+        max_classification: int | None,
+        limit: int,
+    ) -> list[int]:
+        """Up to ``limit`` chunk ids, lowest first, of chunks that hold every one of
+        ``terms``, are in ``corpora`` at or below ``max_classification``, and that none of
+        ``acl_tokens`` may read: the hidden-item marker's candidates. Whether a chunk is one
+        depends on that chunk alone (no score, no statistics, no cut by rank), so no other
+        document can make it count or not."""
+        unique = list(dict.fromkeys(t for t in terms if t))
+        if not unique or not acl_tokens or limit < 1 or (corpora is not None and not corpora):
+            return []
+        q = tantivy.Query
+        occur = tantivy.Occur
+        with self._stats_lock:
+            searcher = self._index.searcher()
+        clauses = [(occur.Must, self._scope(corpora, None, max_classification, None))]
+        for term in unique:
+            # Every token of the term, whatever its frequency and length: the term is in the
+            # chunk. (Tokens of deleted chunks may be listed; they match nothing live.)
+            tokens = [t for t, _ in searcher.terms_with_prefix("tf", term + bm25.SEP)]
+            if not tokens:
+                return []
+            clauses.append((occur.Must, q.term_set_query(self.schema, "tf", tokens)))
+        clauses.append((occur.MustNot, q.term_set_query(self.schema, "acl", list(acl_tokens))))
+        hits = searcher.search(
+            q.boolean_query(clauses), limit, count=False, order_by_field="cid",
+            order=tantivy.Order.Asc,
+        ).hits  # fmt: skip
+        return [int(cid) for cid, _ in hits]
+
     def all_chunks(self) -> dict[int, int]:
         """Every chunk id in the index with its access digest (for ``govrag index verify``)."""
         searcher = self._index.searcher()
@@ -310,6 +368,13 @@ class LexicalIndex:
         cids = searcher.fast_field_values("cid", addrs)
         digests = searcher.fast_field_values("acc", addrs)
         return {int(c or 0): int(d or 0) for c, d in zip(cids, digests, strict=True)}
+
+
+def _excludes_all(
+    corpora: Sequence[str] | None, acl_tokens: Sequence[str] | None, doc_ids: Sequence[int] | None
+) -> bool:
+    """An empty list of corpora, tokens or documents admits nothing (``None`` admits all)."""
+    return any(v is not None and not v for v in (corpora, acl_tokens, doc_ids))
 
 
 def _top(searcher: tantivy.Searcher, query: tantivy.Query, limit: int) -> list[tuple[int, float]]:

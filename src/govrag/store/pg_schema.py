@@ -458,10 +458,10 @@ CREATE UNIQUE INDEX identities_by_account ON identities(tenant_id, source_system
         """
 CREATE TABLE marker_budget (
     tenant_id    TEXT COLLATE "C" NOT NULL,
-    sub          TEXT COLLATE "C" NOT NULL,
+    email        TEXT COLLATE "C" NOT NULL,
     window_start BIGINT NOT NULL,
     shown        BIGINT NOT NULL,
-    PRIMARY KEY (tenant_id, sub, window_start)
+    PRIMARY KEY (tenant_id, email, window_start)
 )
 """
         + ";\n"

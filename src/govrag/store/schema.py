@@ -244,10 +244,10 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         """
         CREATE TABLE marker_budget (
             tenant_id    TEXT NOT NULL,
-            sub          TEXT NOT NULL,
+            email        TEXT NOT NULL,
             window_start INTEGER NOT NULL,
             shown        INTEGER NOT NULL,
-            PRIMARY KEY (tenant_id, sub, window_start)
+            PRIMARY KEY (tenant_id, email, window_start)
         )
         """,
     ),

@@ -10,13 +10,13 @@ security argument:
    cannot read moves a score or an order.
 3. Fuse, cut to top-k, then re-check those ids against the truth store's ACL; a mismatch is
    dropped and recorded as an incident (a derived index can lag, the truth store cannot).
-4. The hidden-item marker, which must not become an oracle: a keyword ranking over what the
-   caller *could ask an owner for* (the same tenant, the requested corpora, at or below the
-   caller's clearance: the access predicate lifted, nothing else), whatever the strategy;
-   it reports only *whether* a top-k candidate there, scoring at least
-   ``marker_min_relevance`` of the best one, was unreadable, with at most
-   ``marker_max_contacts`` source systems and author emails. A request with caller filters
-   gets no marker: metadata never selects a hidden candidate.
+4. The hidden-item marker, which must not become an oracle: it reports only *whether* a
+   document the caller *could ask an owner for* (the same tenant, the requested corpora, at
+   or below the caller's clearance) but may not read holds every word of the query, with at
+   most ``marker_max_contacts`` source systems and author emails. Whether a document counts
+   depends on that document alone, never on scores, ranks or other documents, whatever the
+   strategy. A request with caller filters gets no marker: metadata never selects a hidden
+   candidate.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class SearchBackend(Protocol):
     def vector_space(self, tenant: str) -> tuple[str, int] | None: ...
 
     def filtered_doc_ids(
-        self, tenant: str, corpora: Sequence[str], filters: tuple[MetadataFilter, ...]
+        self, scope: AccessScope, filters: tuple[MetadataFilter, ...]
     ) -> list[int]: ...
 
     def lexical_leg(
@@ -107,6 +107,12 @@ class SearchBackend(Protocol):
     ) -> tuple[list[tuple[int, float]], bool]:
         """Top ``limit`` by similarity, and whether a scan bound stopped the search before
         it could prove there are no more candidates (the result may then be short)."""
+        ...
+
+    def withheld_chunks(self, scope: AccessScope, terms: Sequence[str], limit: int) -> list[int]:
+        """Up to ``limit`` chunk ids, lowest first, of chunks in the scope's corpora at or
+        below its ceiling that hold every one of ``terms`` and that its principal tokens do
+        not open (by the derived index; the truth store re-checks)."""
         ...
 
     def readable_chunks(self, scope: AccessScope, chunk_ids: Sequence[int]) -> set[int]: ...
@@ -205,14 +211,14 @@ def run_search(
         qvec = _query_vector(backend, tenant, request.query)
     doc_ids = None
     if request.filters:
-        doc_ids = backend.filtered_doc_ids(tenant, corpora, request.filters)
+        doc_ids = backend.filtered_doc_ids(scope, request.filters)
         if not doc_ids:
             return empty
 
-    # The marker's keyword ranking lifts the access predicate. A backend that can, runs it
-    # beside the caller's ranking; the marker is content-free, so reading it from another
-    # snapshot changes nothing shown. A filtered request gets none: metadata of documents the
-    # caller cannot read must select nothing.
+    # A backend that can, looks for the marker's candidates beside the caller's ranking; the
+    # marker is content-free, so reading it from another snapshot changes nothing shown. A
+    # filtered request gets none: metadata of documents the caller cannot read must select
+    # nothing.
     hidden = HiddenMarker()
     marker: Future[HiddenMarker] | None = None
     if backend.search_settings.hidden_marker and not request.filters:
@@ -262,6 +268,10 @@ def run_search(
     )
 
 
+#: How many hidden candidates the marker reads to name its contacts.
+MARKER_CANDIDATES = 64
+
+
 @functools.cache
 def _marker_pool() -> ThreadPoolExecutor:
     """Threads for concurrent marker rankings (one per concurrent search, at most 4)."""
@@ -271,35 +281,28 @@ def _marker_pool() -> ThreadPoolExecutor:
 def _hidden_marker(
     backend: SearchBackend, scope: AccessScope, request: SearchRequest, terms: Sequence[str]
 ) -> HiddenMarker:
-    """Whether a relevant candidate the caller could ask its owner for was removed by access
+    """Whether a relevant document the caller could ask its owner for was removed by access
     rules, and whom to ask (see the module docstring for the rule).
 
-    Relevance is judged on the query's words alone, whatever the strategy: the candidates are
-    the top-k of a keyword ranking over what the caller could ask for, and a withheld one
-    counts when it scores at least ``marker_min_relevance`` of the best there. A vector
-    neighbour that shares no word with the query never counts.
+    Relevance is decided for each document on its own: it holds every word of the query. A
+    rule relative to other documents (a score against the best one, a rank cut) would let
+    them move it, and the caller could read counts off the marker: how many hidden copies
+    hold a word, how often a hidden document says it. The first documents by id (not by
+    rank) name the contacts, at most ``marker_max_contacts``, shown sorted.
 
     Content-free by construction: only source systems and author emails leave this function.
     """
     settings = backend.search_settings
-    ranked = backend.lexical_leg(scope, terms, acl=False, doc_ids=None, limit=request.top_k)
-    if not ranked:
-        return HiddenMarker()
-    bar = settings.marker_min_relevance * max(score for _, score in ranked)
-    relevant = [cid for cid, score in ranked if score > 0.0 and score >= bar]
-    readable = backend.readable_chunks(scope, relevant)
-    hidden = [cid for cid in relevant if cid not in readable]
+    candidates = backend.withheld_chunks(scope, terms, MARKER_CANDIDATES)
+    readable = backend.readable_chunks(scope, candidates)  # the truth store decides
+    hidden = [cid for cid in candidates if cid not in readable]
     if not hidden:
         return HiddenMarker()
     info = backend.chunk_info(scope.tenant, hidden)
-    # In rank order, each contact once, at most marker_max_contacts: a bounded set, never a
-    # list per document, and shown sorted (the order says nothing about the ranking).
-    ranked_contacts = dict.fromkeys(
+    first = dict.fromkeys(
         (info[cid].source_system, info[cid].author_email) for cid in hidden if cid in info
     )
-    chosen = sorted(
-        list(ranked_contacts)[: settings.marker_max_contacts], key=lambda s: (s[0], s[1] or "")
-    )
+    chosen = sorted(list(first)[: settings.marker_max_contacts], key=lambda s: (s[0], s[1] or ""))
     return HiddenMarker(
         present=True,
         sources=tuple(HiddenSource(source_system=s, author_email=a) for s, a in chosen),

@@ -19,7 +19,7 @@ from govrag.store.records import (
     token_pair,
 )
 from govrag.store.schema import now_iso
-from govrag.store.search import ChunkInfo, run_search
+from govrag.store.search import ChunkInfo, resolve_corpora, run_search
 from govrag.store.sql_base import json_list, log
 from govrag.store.sql_derived import SQLDerived
 from govrag.types import MetadataFilter, Principal, SearchRequest, SearchResult, Strategy
@@ -88,6 +88,25 @@ class SQLReads(SQLDerived):
             ),
             (tenant,),
         )
+
+    def is_empty_for(self, principal: Principal, corpora: Sequence[str]) -> bool:
+        """Whether ``corpora`` hold nothing the principal could search or ask an owner for:
+        no chunk at or below its clearance. What it sees of the knowledge path then does not
+        depend on documents above its clearance or in other corpora (``is_empty`` is the
+        whole tenant's)."""
+        tenant = principal.tenant
+        if not corpora:
+            return True
+        with self._lock, self._pin_reads(tenant):
+            self.sync_indexes(tenant, vectors=False)
+            targets, every = resolve_corpora(self, tenant, corpora)
+            if not targets:
+                return True
+            scope = self.resolve_access(principal, targets, every_corpus=every)
+            args = leg_args(scope, False, None, 1)
+            index, _ = self._lexical_index(tenant)
+            return not index.any_match(corpora=args["corpora"], acl_tokens=None,
+                                       max_classification=args["max_classification"])  # fmt: skip
 
     def stats(self, tenant: str) -> dict[str, int]:
         """Row counts of a tenant: what an operator checks after an ingest or a repair."""
@@ -175,6 +194,16 @@ class SQLReads(SQLDerived):
         index, _ = self._lexical_index(scope.tenant)
         return index.search(terms, **leg_args(scope, acl, doc_ids, limit))
 
+    def withheld_chunks(self, scope: AccessScope, terms: Sequence[str], limit: int) -> list[int]:
+        """The hidden-item marker's candidates: see :meth:`LexicalIndex.withheld`."""
+        if not scope.tokens:
+            return []
+        index, _ = self._lexical_index(scope.tenant)
+        args = leg_args(scope, False, None, limit)
+        return index.withheld(terms, corpora=args["corpora"], acl_tokens=sorted(scope.tokens),
+                              max_classification=args["max_classification"],
+                              limit=limit)  # fmt: skip
+
     def vector_leg(
         self,
         scope: AccessScope,
@@ -187,18 +216,24 @@ class SQLReads(SQLDerived):
         raise NotImplementedError
 
     def filtered_doc_ids(
-        self, tenant: str, corpora: Sequence[str], filters: tuple[MetadataFilter, ...]
+        self, scope: AccessScope, filters: tuple[MetadataFilter, ...]
     ) -> list[int]:
-        """The sql primitive: documents in ``corpora`` matching every metadata filter."""
-        cond, params = filters_sql(filters, tenant)
+        """The sql primitive: documents in the scope's corpora that the caller may read and
+        that match every metadata filter. Readable ones only: the filter narrows what the
+        legs AND with the access predicate anyway, and so no count or choice made from this
+        list (a vector path, a statistic) can depend on documents the caller cannot read."""
+        if not scope.tokens:
+            return []
+        cond, params = filters_sql(filters, scope.tenant)
         rows = self._q(
-            tenant,
+            scope.tenant,
             self.dialect.sql(
                 "SELECT d.doc_id FROM documents d WHERE d.tenant_id = ? "
-                "AND d.corpus_id IN (SELECT value FROM {texts})"
+                "AND d.corpus_id IN (SELECT value FROM {texts}) AND d.classification <= ? AND "
+                + ACL_EXISTS
             )
             + (f" AND {cond}" if cond else ""),
-            (tenant, json_list(corpora), *params),
+            (scope.tenant, json_list(scope.corpora), scope.ceiling, token_pairs(scope), *params),
         )
         return [int(r[0]) for r in rows]
 
@@ -234,15 +269,28 @@ class SQLReads(SQLDerived):
         The stored-ACL rights checker's question, asked again right before packing (a
         revocation synced since the search, or a cached ranking, is honoured).
         """
+        return set(self._readable(principal, source_system, external_ids))
+
+    def readable_corpus(
+        self, principal: Principal, source_system: str, external_id: str
+    ) -> str | None:
+        """The corpus of a document the caller may read now; ``None`` alike when it does not
+        exist and when it may not be read."""
+        return self._readable(principal, source_system, [external_id]).get(external_id)
+
+    def _readable(
+        self, principal: Principal, source_system: str, external_ids: Sequence[str]
+    ) -> dict[str, str]:
+        """External id -> corpus of the given documents the caller may read now."""
         if not external_ids:
-            return set()
+            return {}
         scope = self.resolve_access(principal, (), every_corpus=True)
         if not scope.tokens:
-            return set()
+            return {}
         rows = self._q(
             scope.tenant,
             self.dialect.sql(
-                "SELECT d.external_id FROM {texts} {pin} documents d "
+                "SELECT d.external_id, d.corpus_id FROM {texts} {pin} documents d "
                 "ON d.tenant_id = ? AND d.source_system = ? AND d.external_id = j.value "
                 "WHERE d.classification <= ? AND " + ACL_EXISTS
             ),
@@ -254,7 +302,7 @@ class SQLReads(SQLDerived):
                 token_pairs(scope),
             ),
         )
-        return {str(r[0]) for r in rows}
+        return {str(r[0]): str(r[1]) for r in rows}
 
     def source_accounts(self, tenant: str, email: str, source_system: str) -> list[str]:
         """The caller's own accounts in a source system (what a live rights check asks about)."""

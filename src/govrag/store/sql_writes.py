@@ -176,24 +176,26 @@ class SQLWrites(SQLBase):
                 [(tenant, f"{ss}:{ext}", now) for ss, ext in sorted(set(documents))],
             )
 
-    def consume_marker(self, tenant: str, sub: str, *, window: int, budget: int) -> int | None:
-        """Take one unit of ``sub``'s hidden-item marker budget in the fixed window number
-        ``window``: the markers shown to it in that window, this one included, or ``None``
-        when ``budget`` is spent (nothing is taken). One transaction, so processes sharing
-        the store share the budget; older windows of the principal are dropped."""
-        key = (tenant, sub, window)
+    def consume_marker(self, tenant: str, email: str, *, window: int, budget: int) -> int | None:
+        """Take one unit of the hidden-item marker budget of the principal with ``email`` (its
+        rights come from the email, so every token or client of that person shares one
+        budget) in the fixed window number ``window``: the markers shown to it in that window,
+        this one included, or ``None`` when ``budget`` is spent (nothing is taken). One
+        transaction, so processes sharing the store share the budget; older windows of the
+        principal are dropped."""
+        key = (tenant, email.casefold(), window)
         with self._tx(tenant) as conn:
             conn.execute(
-                "DELETE FROM marker_budget WHERE tenant_id = ? AND sub = ? AND window_start < ?",
+                "DELETE FROM marker_budget WHERE tenant_id = ? AND email = ? AND window_start < ?",
                 key,
             )
             conn.execute(
-                "INSERT INTO marker_budget(tenant_id, sub, window_start, shown) "
-                "VALUES (?, ?, ?, 0) ON CONFLICT (tenant_id, sub, window_start) DO NOTHING",
+                "INSERT INTO marker_budget(tenant_id, email, window_start, shown) "
+                "VALUES (?, ?, ?, 0) ON CONFLICT (tenant_id, email, window_start) DO NOTHING",
                 key,
             )
             row = conn.execute(
-                "UPDATE marker_budget SET shown = shown + 1 WHERE tenant_id = ? AND sub = ? "
+                "UPDATE marker_budget SET shown = shown + 1 WHERE tenant_id = ? AND email = ? "
                 "AND window_start = ? AND shown < ? RETURNING shown",
                 (*key, budget),
             ).fetchone()
