@@ -159,19 +159,10 @@ class PolicyEnforcementPoint:
         hidden = self.markers.admit(principal, pack, request_id=request_id, session_id=session_id)
         if hidden != pack.hidden:
             pack = pack.model_copy(update={"hidden": hidden})
-        try:
-            self.audit.append_audit(
-                principal.tenant,
-                "context_pack",
-                pack_record(pack, proposal, done),
-                request_id=request_id,
-                session_id=session_id,
-            )
-        except Exception as exc:  # an unrecorded pack never reaches the model
-            log.error("audit write failed, withholding pack for %s on %s: %s", principal.sub,
-                      proposal.corpus, exc)  # fmt: skip
+        problem = self._record_pack(principal, pack, proposal, done, request_id, session_id)
+        if problem is not None:
             failed = Decision("DENY", "policy_error", done.decision.policy_version,
-                              f"the context pack could not be recorded: {exc}")  # fmt: skip
+                              f"the context pack could not be recorded: {problem}")  # fmt: skip
             return Enforced(failed, done.audit_id)
         return Enforced(done.decision, done.audit_id, pack)
 
@@ -218,19 +209,34 @@ class PolicyEnforcementPoint:
             return None
         allowed = Decision("ALLOW", "allowed", policy_version)
         joined: Enforced[ContextPack] = Enforced(allowed, pep_audit_id)
+        if self._record_pack(principal, pack, None, joined, request_id, session_id):
+            return None
+        return pack
+
+    def _record_pack(
+        self,
+        principal: Principal,
+        pack: ContextPack,
+        proposal: Proposal | None,
+        done: Enforced[ContextPack],
+        request_id: str,
+        session_id: str,
+    ) -> str | None:
+        """Commit the pack's ``context_pack`` record; the failure's text when it could not
+        be (an unrecorded pack never reaches the model)."""
         try:
             self.audit.append_audit(
                 principal.tenant,
                 "context_pack",
-                pack_record(pack, None, joined),
+                pack_record(pack, proposal, done),
                 request_id=request_id,
                 session_id=session_id,
             )
-        except Exception as exc:  # an unrecorded pack never reaches the model
-            log.error("audit write failed, withholding session memory for %s: %s",
-                      principal.sub, exc)  # fmt: skip
-            return None
-        return pack
+        except Exception as exc:
+            log.error("audit write failed, withholding pack %s of %s: %s",
+                      pack.context_pack_id, principal.sub, exc)  # fmt: skip
+            return str(exc) or type(exc).__name__
+        return None
 
     def enforce(
         self,
