@@ -167,8 +167,8 @@ STRICT = {
     "a part citing the wrong chunk": ("EU corporate wire limit: EUR 50,000 per day [p#0], and a "
                                       "liability cap below 12 months of fees is not acceptable "
                                       "[w#0].", False, "missing_facts",
-                                      ("amount EUR 50000", "currency EUR", "name eu",
-                                       "number 12", "name below")),
+                                      ("amount EUR 50000", "currency EUR", "period day",
+                                       "name eu", "number 12", "name below")),
     "two chunks together": ("EU corporate wire limit: EUR 50,000 per day, and a liability cap "
                             "below 12 months of fees is not acceptable [w#0, p#0].", True,
                             None, ()),
@@ -279,3 +279,90 @@ def test_a_sentence_changing_an_amount_is_never_supported(
     amount = currency.format(spelling.format(claimed).replace("_", "'"))
     (claim,) = check_claims(f"The daily wire limit is {amount} [c#0].", [source]).claims
     assert claim.supported is (stated == claimed and not currency.startswith("USD"))
+
+
+# -- what a sentence is read as: normalised, figures in any spelling, its opening word ------
+RATES = chunk("r#0", "Initech corporate wire limit: EUR 50,000 per day. Twenty-five clients pay "
+              "nine hundred pounds a month. Fees are 0.5% p.a. Reviews are quarterly.")  # fmt: skip
+SAME_DAY = chunk("s#0", "Same-day wires are not available after 16:00 CET. Fees are "
+                 "non-refundable. Transfers to Acme Ltd need a call\u00adback.")  # fmt: skip
+READ = {
+    # sentence (citing r#0 or s#0), supported?, reason, missing
+    "an amount in words": ("The Initech wire limit is fifty thousand euros per day [r#0].", True,
+                           None, ()),
+    "figures in words, as words": ("25 clients pay GBP 900 per month [r#0].", True, None, ()),
+    "an adverb for the period": ("The Initech wire limit is EUR 50k daily [r#0].", True, None,
+                                 ()),
+    "a period after the figure": ("Fees are 0.5% a year [r#0].", True, None, ()),
+    "a changed amount in words": ("Initech corporate wire limit: EUR nine million per day "
+                                  "[r#0].", False, "missing_facts", ("amount EUR 9000000",)),
+    "a multiplier chain": ("Initech corporate wire limit: EUR 50 thousand million per day "
+                           "[r#0].", False, "missing_facts", ("amount EUR 50000000000",)),
+    "a changed currency word": ("Twenty-five clients pay nine hundred euros a month [r#0].",
+                                False, "missing_facts", ("amount EUR 900",)),
+    "a lower-case code": ("Initech corporate wire limit: usd 50,000 per day [r#0].", False,
+                          "missing_facts", ("amount USD 50000", "currency USD")),
+    "another currency sign": ("Initech corporate wire limit: ₩50,000 per day [r#0].", False,
+                              "missing_facts", ("amount KRW 50000", "currency KRW")),
+    "a changed period": ("Initech corporate wire limit: EUR 50,000 per week [r#0].", False,
+                         "missing_facts", ("period week",)),
+    "a changed adverb": ("Reviews are weekly [r#0].", False, "missing_facts",
+                         ("period week",)),
+    "invisible characters in the chunk": ("Transfers to Acme Ltd need a callback [s#0].", True,
+                                          None, ()),
+    "a full-width quote": ("Same-day wires are not available after １６:００ CET [s#0].", True,
+                           None, ()),
+    "an unknown look-alike letter": ("Same-day wires are \u057cot available after 16:00 CET "
+                                     "[s#0].", False, "missing_facts", ("name \u057cot",)),
+    "an ordinary opening word": ("However, transfers to Acme Ltd need a callback [s#0].", True,
+                                 None, ()),
+    "an opening word the chunk holds as another form": ("Transfer to Acme Ltd needs a callback "
+                                                        "[s#0].", True, None, ()),
+    "a name opening the sentence": ("Globex transfers need a callback [s#0].", False,
+                                    "missing_facts", ("name globex",)),
+    "a negation moved to another word": ("Same-day wires are available after 16:00 CET "
+                                         "without restriction [s#0].", False, "negation", ()),
+    "a negation moved to another clause": ("Same-day wires are available after 16:00 CET, "
+                                           "with no cut-off [s#0].", False, "negation", ()),
+    "a negation on another word": ("Same-day wires are not restricted after 16:00 CET [s#0].",
+                                   False, "negation", ()),
+    "a negation reworded": ("Same-day wires aren't available after 16:00 CET [s#0].",
+                            True, None, ()),
+    "a prefix negation dropped": ("Fees are refundable [s#0].", False, "negation", ()),
+    "a prefix negation reworded": ("Fees are not refundable [s#0].", True, None, ()),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("sentence", "supported", "reason", "lacking"), READ.values(),
+                         ids=READ.keys())  # fmt: skip
+def test_what_a_sentence_is_read_as(
+    sentence: str, supported: bool, reason: str | None, lacking: tuple[str, ...]
+) -> None:
+    (claim,) = check_claims(sentence, [RATES, SAME_DAY]).claims
+    assert (claim.supported, claim.reason, claim.missing) == (supported, reason, lacking)
+
+
+#: Words and characters the strict check reads specially, to build chunks of.
+_TRICKY = st.sampled_from([
+    "not", "no", "never", "without", "isn't", "No", "non-binding", "nine", "twenty-five", "one",
+    "a", "million", "thousand", "hundred", "and", "EUR", "usd", "€", "₹", "pounds", "per",
+    "day", "a day", "daily", "week", "Acme", "The", "Tier-2", "EU", "νόμος", "nοt", "n\u200bot",
+    "50\u00a0000", "50,000", "1 July 2026", "16:00", "5%", "percent", "above", "Transfers",
+    "limit", "are", "allowed", "available", "Мüller", "５", "𝟓", "½", "US$", "C$", "p.a.",
+    "/day", "every", "month", "However", "\u00ad", "\u2060", ".", ",", ";", "-", "’",
+])  # fmt: skip
+_TRICKY_TEXT = st.lists(
+    st.tuples(_TRICKY, st.sampled_from([" ", " ", "", "\n", ". ", ", "])), max_size=25
+).map(lambda pairs: "".join(word + sep for word, sep in pairs))
+
+
+@settings(max_examples=300, deadline=None)
+@given(texts=st.lists(_TRICKY_TEXT, min_size=1, max_size=3), pick=st.integers(0, 2))
+def test_a_copied_sentence_is_supported_however_tricky_its_words(
+    texts: list[str], pick: int
+) -> None:
+    chunks = [chunk(f"d{i}#0", t) for i, t in enumerate(texts)]
+    i = pick % len(texts)
+    assert check_claims(texts[i], chunks, min_overlap=1.0).all_supported
+    cited = "\n".join(f"{s} [d{i}#0]" for s in split_sentences(texts[i]))
+    assert check_claims(cited, chunks, min_overlap=1.0).all_supported

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -10,9 +9,7 @@ from typing import Any
 from govrag.agent.retrieve import CorpusDecision
 from govrag.types import ChunkOrigin, ContextPack, HiddenMarker, PackChunk
 from govrag.validation import ClaimReport, ValidationReport
-
-#: ``[chunk id]`` markers a model cites with (several may share one bracket: ``[a, b]``).
-_CITATION = re.compile(r"\[([^\[\]\n]{1,300})\]")
+from govrag.validation.citations import Citations
 
 
 @dataclass(frozen=True)
@@ -106,20 +103,18 @@ class Answer:
 
 def cited(text: str, evidence: Sequence[tuple[str, PackChunk]]) -> tuple[list[Citation], list[str]]:
     """The citations in ``text`` that name a chunk (or document) of the validated
-    ``evidence`` (``(pack id, chunk)`` pairs), and the markers that name nothing of it."""
+    ``evidence`` (``(pack id, chunk)`` pairs), and the cited items that name nothing of it.
+
+    Markers are read by the claim check's own parser
+    (:class:`~govrag.validation.citations.Citations`), so what is recorded as cited is what
+    was judged: a document id cites each of its handed chunks."""
     by_chunk = {c.chunk_id: (pack_id, c) for pack_id, c in evidence}
-    by_doc: dict[str, tuple[str, PackChunk]] = {}
-    for pack_id, c in evidence:
-        by_doc.setdefault(c.doc_id, (pack_id, c))
     out: dict[str, Citation] = {}
     unknown: list[str] = []
-    for match in _CITATION.finditer(text):
-        for marker in (m.strip() for m in match.group(1).split(",")):
-            found = by_chunk.get(marker) or by_doc.get(marker)
-            if found is None:
-                unknown.append(marker)
-                continue
-            pack_id, c = found
+    for marker in Citations(c for _, c in evidence).markers(text):
+        unknown.extend(marker.unknown)
+        for chunk_id in marker.chunk_ids:
+            pack_id, c = by_chunk[chunk_id]
             out.setdefault(
                 c.chunk_id,
                 Citation(c.doc_id, c.chunk_id, c.corpus, c.source_system, pack_id, c.origin,

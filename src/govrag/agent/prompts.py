@@ -29,9 +29,11 @@ from govrag.types import ChunkOrigin, PackChunk
 #: Marks a query-formulation stage's instructions (the model writes a query, nothing else).
 QUERY_FORMULATION_MARK = "Write only a search query"
 
-#: One line of quoted evidence; the extractive responder reads chunks back with it.
+#: One line of quoted evidence; the extractive responder reads chunks back with it. A chunk
+#: id is shown as it is (a model cites it literally, and the citation parser matches handed
+#: ids literally), so it may hold brackets: it ends at the first "] (doc ".
 CONTEXT_LINE = re.compile(
-    r"^\[(?P<chunk_id>[^\]\n]+)\] \(doc [^)\n]*\) (?P<text>[^\n]*)$", re.MULTILINE
+    r"^\[(?P<chunk_id>[^\n]+?)\] \(doc [^)\n]*\) (?P<text>[^\n]*)$", re.MULTILINE
 )
 
 #: What every system prompt says about the user message (see the module docstring).

@@ -4,24 +4,31 @@ It runs when an answer is delivered, after any model, on the chunks of the valid
 *handed to the call that wrote the answer* (nothing else is evidence: not the question, not the
 caller's text, not a pack another call saw). Per sentence, as written:
 
-- **citations**: a bracket ``[...]`` whose comma-separated items name handed chunks (or their
-  documents) is a citation; one whose items are id-shaped (no spaces) but name nothing handed is
-  a *forged* citation, and the sentence is unsupported whatever it says. Other brackets
+- **citations** are read by :class:`~govrag.validation.citations.Citations` (the parser the
+  answer's citation list uses too): a bracket whose items (separated by ``,`` or ``;``) name
+  handed chunks or their documents, matched literally (so an id may hold ``,`` ``;`` brackets
+  or spaces), is a citation; one whose items are id-shaped (no spaces) but name nothing handed
+  is a *forged* citation, and the sentence is unsupported whatever it says. Other brackets
   (``[see annex 2]``) are text. A citation right after a sentence's full stop belongs to that
-  sentence (``... per day. [sp:x#0]``).
+  sentence (``... per day. [sp:x#0]``); a sentence never ends inside a citation.
 - a **cited** sentence must be supported by what it cites, part by part: the text up to a
   citation (the rest of the sentence for the last one) by the chunks that citation names
   (together, for ``[a, b]`` or adjacent ``[a][b]``), so a chunk cannot lend its figures to a
   citation of another. A sentence **without** a citation must be supported by some single
-  handed chunk. *Supported* means all of: at least ``min_overlap`` of its distinct analysed
-  terms occur in the chunk(s) (the index's own analyzer: "limits" matches "limit"); every
-  fact it asserts (numbers, amounts, currencies, percentages, dates, names, direction words;
-  :mod:`govrag.validation.facts`) occurs in them; and its negations line up: its count of
-  negation words equals that of a chunk sentence it matches best (most shared terms, then
-  fewest others), or else each of its clauses (split at ``;`` ``:`` ``,`` "and", "but")
-  matches a chunk clause that way. So "is acceptable" does not pass for "is not acceptable",
-  while a sentence joining two chunk sentences still can.
-- a sentence with no analysed term and no fact ("Sources:") asserts nothing and is supported.
+  handed chunk. Both sides are read through one normalisation
+  (:func:`~govrag.validation.normalise.normalise`: invisible characters, full-width and
+  mathematical digits, look-alike letters). *Supported* means all of: at least
+  ``min_overlap`` of its distinct analysed terms occur in the chunk(s) (the index's own
+  analyzer: "limits" matches "limit"); every fact it asserts (numbers, amounts, currencies,
+  percentages, rate periods, dates, names, its opening word, direction words;
+  :mod:`govrag.validation.facts`) occurs in them; and its negations line up: what its
+  negations apply to (the first content word after each) is what those of a chunk sentence
+  it matches best (most shared terms, then fewest others) apply to, or else each of its
+  clauses (split at ``;`` ``:`` ``,`` "and", "but") matches a chunk clause that way. So "is
+  acceptable" does not pass for "is not acceptable", nor "available ... without restriction"
+  for "not available", while a sentence joining two chunk sentences still can.
+- a sentence with no analysed term and no fact ("It is what it is.", markers alone) asserts
+  nothing and is supported.
 
 The check is lexical and deterministic, so it is strict rather than clever: a faithful quote
 always passes, a paraphrase that changes a figure, a date, a name, a direction or a negation
@@ -38,31 +45,40 @@ from dataclasses import dataclass
 
 from govrag.store.analyzer import default_analyzer
 from govrag.types import PackChunk
-from govrag.validation.facts import Claim, Source, claim_of, missing, negations, source_of
+from govrag.validation.citations import Citations, Marker
+from govrag.validation.facts import CLAUSE_END, Claim, Source, claim_of, missing, negated, source_of
+from govrag.validation.normalise import Normalised, normalise
 from govrag.validation.report import ClaimCheck, ClaimReport
 
 __all__ = ["check_claims", "remove_unsupported", "split_sentences"]
 
 # A sentence ends at ".", "!" or "?" followed by whitespace (the end of the text ends one too);
-# a line break always ends one, so bullet lists are checked item by item.
+# a line break always ends one, so bullet lists are checked item by item. Never inside a
+# citation marker (an id may hold ". ").
 # (Whitespace before a line break stays in the piece, which is stripped: a separator that
 # could start with a run of spaces would make the scan quadratic on long runs.)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|[\r\n]\s*")
-#: A bracket group; whether it is a citation depends on what it names.
-_BRACKET = re.compile(r"\[([^\[\]\n]{1,300})\]")
-#: Bracket groups opening a sentence (they belong to the sentence before, after its stop).
-_LEADING_MARKERS = re.compile(r"(?:\[[^\[\]\n]{1,300}\][ \t]*)+")
-_ID_SHAPED = re.compile(r"\S+")
-_CLAUSE_END = re.compile(r"[;:]\s+|,\s+|(?<=\s)(?:and|but)(?=\s)")
-#: A sentence or clause as the negation check sees it: its analysed terms, its negation count.
-_Polarity = tuple[frozenset[str], int]
+_BLANKS = re.compile(r"[ \t]*")
+_SPACE = re.compile(r"\s*")
+_ALNUM = re.compile(r"\w")
+_BETWEEN_MARKERS = re.compile(r"[\s,;]*")
+#: A sentence or clause as the negation check sees it: its analysed terms, and what its
+#: negations apply to (:func:`~govrag.validation.facts.negated`).
+_Polarity = tuple[frozenset[str], tuple[str, ...]]
 
 
-def _spans(answer: str) -> list[tuple[int, int]]:
+def _spans(answer: str, markers: Sequence[Marker]) -> list[tuple[int, int]]:
     """Where each sentence of ``answer`` is (module docstring), stripped, blanks dropped."""
     spans: list[tuple[int, int, bool]] = []  # start, end, ended by a line break
     pos = 0
+    bounds = iter(markers)
+    marker = next(bounds, None)
     for sep in [*_SENTENCE_END.finditer(answer), None]:
+        if sep is not None:
+            while marker is not None and marker.end <= sep.start():
+                marker = next(bounds, None)
+            if marker is not None and marker.start < sep.start():
+                continue  # inside a citation marker
         end = sep.start() if sep else len(answer)
         piece = answer[pos:end]
         start = pos + len(piece) - len(piece.lstrip())
@@ -70,23 +86,28 @@ def _spans(answer: str) -> list[tuple[int, int]]:
         if stop > start:
             spans.append((start, stop, sep is not None and bool(set(sep.group()) & {"\n", "\r"})))
         pos = sep.end() if sep else pos
+    by_start = {m.start: m for m in markers}
     out: list[tuple[int, int]] = []
     for i, (start, stop, _) in enumerate(spans):
-        lead = _LEADING_MARKERS.match(answer, start, stop)
-        if lead and out and not spans[i - 1][2]:
+        marks_end = None
+        at = start
+        while at in by_start and by_start[at].end <= stop:
+            marks_end = by_start[at].end
+            at = _BLANKS.match(answer, marks_end).end()  # type: ignore[union-attr]
+        if marks_end is not None and out and not spans[i - 1][2]:
             # "... per day. [sp:x#0] Next": the markers close the sentence before.
-            marks_end = start + len(lead.group().rstrip())
             out[-1] = (out[-1][0], marks_end)
-            start = lead.end()
+            start = at
             if start >= stop:
                 continue
         out.append((start, stop))
     return out
 
 
-def split_sentences(answer: str) -> list[str]:
-    """Split ``answer`` into sentences as written (stripped; blank pieces dropped)."""
-    return [answer[a:b] for a, b in _spans(answer)]
+def split_sentences(answer: str, chunks: Sequence[PackChunk] = ()) -> list[str]:
+    """Split ``answer`` into sentences as written (stripped; blank pieces dropped), reading
+    its citation markers as citations of ``chunks``."""
+    return [answer[a:b] for a, b in _spans(answer, Citations(chunks).markers(answer))]
 
 
 @dataclass(frozen=True)
@@ -102,29 +123,30 @@ class _Evidence:
 
 
 def _evidence(chunk: PackChunk) -> _Evidence:
-    analyze = default_analyzer().analyze
     pieces = split_sentences(chunk.text)
-    source = source_of(chunk.text)
-    for piece in pieces:  # a quoted sentence must find all its facts, whatever its cut
-        source = source | source_of(piece)
+    # A quoted sentence must find all its facts, whatever its cut.
+    source = source_of(chunk.text, pieces=pieces)
     # Prompts quote a chunk with its line breaks folded, so a model may quote two of its lines
     # as one sentence: those count as chunk sentences too.
     folded = [p for p in split_sentences(" ".join(chunk.text.split())) if p not in pieces]
     return _Evidence(
         chunk,
-        frozenset(analyze(chunk.text)),
+        source.terms,
         source,
-        tuple(_polarity(p) for p in [*pieces, *folded]),
-        tuple(_polarity(c) for p in pieces for c in _clauses(p)),
+        tuple(_polarity(normalise(p)) for p in [*pieces, *folded]),
+        tuple(_polarity(c) for p in pieces for c in _clauses(normalise(p))),
     )
 
 
-def _polarity(text: str) -> _Polarity:
-    return frozenset(default_analyzer().analyze(text)), negations(text)
+def _polarity(text: Normalised) -> _Polarity:
+    """The polarity of normalised ``text``."""
+    return frozenset(default_analyzer().analyze(text)), negated(text)
 
 
-def _clauses(text: str) -> list[str]:
-    return [c for c in _CLAUSE_END.split(text) if re.search(r"\w", c)]
+def _clauses(text: Normalised) -> list[Normalised]:
+    # Cut at ASCII punctuation and spaces, which never combine with a neighbour, each clause
+    # of normalised text is normalised.
+    return [Normalised(c) for c in CLAUSE_END.split(text) if _ALNUM.search(c)]
 
 
 def check_claims(
@@ -139,14 +161,20 @@ def check_claims(
         min_overlap: least share (0..1) of a sentence's distinct analysed terms that must
             occur in its chunk(s).
     """
-    evidence = [_evidence(c) for c in chunks]
-    by_chunk = {e.chunk.chunk_id: [e] for e in evidence}
-    by_doc: dict[str, list[_Evidence]] = {}
-    for e in evidence:
-        by_doc.setdefault(e.chunk.doc_id, []).append(e)
+    evidence = {c.chunk_id: _evidence(c) for c in chunks}
+    markers = Citations(chunks).markers(answer)
     claims: list[ClaimCheck] = []
-    for sentence in split_sentences(answer):
-        parts, unknown = _segments(sentence, by_chunk, by_doc)
+    first = 0
+    for a, b in _spans(answer, markers):
+        sentence = answer[a:b]
+        while first < len(markers) and markers[first].start < a:
+            first += 1
+        inner = []
+        for m in markers[first:]:
+            if m.end > b:
+                break
+            inner.append(m)
+        parts, unknown = _segments(answer, a, b, inner, evidence)
         cited = {k: v for _, group in parts for k, v in group.items()}
         said = [(_said(text, opens=i == 0), group) for i, (text, group) in enumerate(parts)]
         asserting = [(x, group) for x, group in said if x.asserts]
@@ -158,7 +186,9 @@ def check_claims(
             ))  # fmt: skip
             continue
         if not cited:
-            overlap, chunk_id, lacking, reason = _best(asserting[0][0], evidence, min_overlap)
+            overlap, chunk_id, lacking, reason = _best(
+                asserting[0][0], list(evidence.values()), min_overlap
+            )
         else:
             # Each cited part answers for itself: the text up to a citation (the rest of the
             # sentence for the last one) must be supported by the chunks that citation names.
@@ -179,40 +209,30 @@ _Group = dict[str, "_Evidence"]
 
 
 def _segments(
-    sentence: str, by_chunk: dict[str, list[_Evidence]], by_doc: dict[str, list[_Evidence]]
+    answer: str, a: int, b: int, markers: Sequence[Marker], evidence: dict[str, _Evidence]
 ) -> tuple[list[tuple[str, _Group]], list[str]]:
-    """The sentence cut at its citations: ``(text, the handed chunks cited for it)`` per part,
-    and the cited items that name nothing handed (forged).
+    """The sentence ``answer[a:b]`` cut at its citation ``markers``: ``(text, the handed
+    chunks cited for it)`` per part, and the cited items that name nothing handed (forged).
 
     A part is the text before a citation; the text after the last citation joins the last part;
     citations with only spaces, commas or semicolons between them cite one part together. A
-    sentence without citations is one part citing nothing. Brackets that are not citations stay
-    in the text."""
+    sentence without citations is one part citing nothing."""
     parts: list[tuple[str, _Group]] = []
     unknown: list[str] = []
-    pos = 0
-    for m in _BRACKET.finditer(sentence):
-        items = [i.strip() for i in re.split(r"[,;]", m.group(1))]
-        found = [by_chunk.get(i) or by_doc.get(i) for i in items]
-        if not any(found) and not all(_ID_SHAPED.fullmatch(i) for i in items if i):
-            continue  # free text in brackets, not a citation
-        group: _Group = {}
-        for item, hits in zip(items, found, strict=True):
-            if hits:
-                group.update((e.chunk.chunk_id, e) for e in hits)
-            elif item:
-                unknown.append(item)
-        before = sentence[pos : m.start()]
-        if parts and re.fullmatch(r"[\s,;]*", before):
+    pos = a
+    for m in markers:
+        group: _Group = {cid: evidence[cid] for cid in m.chunk_ids}
+        unknown.extend(m.unknown)
+        before = answer[pos : m.start]
+        if parts and _BETWEEN_MARKERS.fullmatch(before):
             parts[-1][1].update(group)
         else:
             parts.append((before, group))
-        pos = m.end()
-    tail = sentence[pos:]
+        pos = m.end
     if not parts:
-        return [(sentence, {})], unknown
+        return [(answer[a:b], {})], unknown
     # A space, so "limit[1]applies" cannot fuse into a new word.
-    parts[-1] = (f"{parts[-1][0]} {tail}", parts[-1][1])
+    parts[-1] = (f"{parts[-1][0]} {answer[pos:b]}", parts[-1][1])
     return parts, unknown
 
 
@@ -231,10 +251,12 @@ class _Said:
 
 
 def _said(text: str, *, opens: bool) -> _Said:
+    text = normalise(text)
+    sentence = _polarity(text)
     return _Said(
-        frozenset(default_analyzer().analyze(text)),
+        sentence[0],
         claim_of(text, opens_sentence=opens),
-        _polarity(text),
+        sentence,
         tuple(_polarity(c) for c in _clauses(text)),
     )
 
@@ -291,24 +313,34 @@ def _negations_line_up(said: _Said, sources: Sequence[_Evidence]) -> bool:
 
 def _aligned(said: _Polarity, units: Iterable[_Polarity]) -> bool:
     """Whether a unit matching ``said`` best (most shared terms, then fewest terms of its own
-    beyond them) has as many negations."""
-    terms, count = said
+    beyond them) has the same negations, applying to the same words."""
+    terms, negations = said
     best: tuple[int, int] | None = None
-    counts: set[int] = set()
-    for have, n in units:
+    found: set[tuple[str, ...]] = set()
+    for have, theirs in units:
         key = (len(terms & have), -len(have - terms))
         if best is None or key > best:
-            best, counts = key, {n}
+            best, found = key, {theirs}
         elif key == best:
-            counts.add(n)
-    return count in counts if best is not None else count == 0
+            found.add(theirs)
+    return negations in found if best is not None else not negations
 
 
 def remove_unsupported(answer: str, report: ClaimReport) -> str:
     """``answer`` without its unsupported sentences; each kept sentence keeps the separator
-    (space, line break) that preceded the sentence it follows in the original."""
-    spans = _spans(answer)
-    if len(spans) != len(report.claims):
+    (space, line break) that preceded the sentence it follows in the original.
+
+    The sentences are found as the report wrote them, in order, with only whitespace around
+    them (how :func:`check_claims` cut them, whichever citations it read)."""
+    spans: list[tuple[int, int]] = []
+    pos = 0
+    for claim in report.claims:
+        start = _SPACE.match(answer, pos).end()  # type: ignore[union-attr]
+        if not answer.startswith(claim.sentence, start) or not claim.sentence:
+            raise ValueError("the report is not a check of this answer")
+        pos = start + len(claim.sentence)
+        spans.append((start, pos))
+    if answer[pos:].strip():
         raise ValueError("the report is not a check of this answer")
     out: list[str] = []
     for i, ((start, stop), claim) in enumerate(zip(spans, report.claims, strict=True)):

@@ -4,58 +4,50 @@ Term overlap tells whether a sentence talks about what a chunk talks about; it c
 "EUR 50,000" from "EUR 5,000,000", "above" from "below", "is acceptable" from "is not
 acceptable", or Acme from Initech. :func:`claim_of` extracts, from a sentence, what must occur
 in the chunk it cites; :func:`source_of` extracts what a chunk offers; :func:`missing` names
-what a claim asserts that its sources do not hold. Normalisation, applied alike to both sides:
+what a claim asserts that its sources do not hold. Both sides are read alike, through
+:func:`~govrag.validation.normalise.normalise` first (so invisible characters, full-width or
+mathematical digits and look-alike letters hide nothing), then:
 
-- **numbers**: ASCII digits; ``,`` ``.`` ``'`` and (narrow) no-break spaces are thousands
-  separators when every later group has exactly three digits ("50,000" = "50.000" =
-  "50'000" = "50000"); otherwise a single ``.`` or ``,`` is the decimal mark ("1,5" = "1.5",
-  "2.50" = "2.5"), and the last of two different marks is ("50,000.00" = "50000"). Leading
-  zeros go. ``k``/``m``/``mn``/``bn`` glued to a number and ``thousand``/``million``/
-  ``billion`` after it multiply ("50k" = "50,000").
-- **amounts**: a currency code (``EUR``, ``USD``, ...), symbol (``€ $ £ ¥``) or word
-  (``euros``, ``dollars``) right before or after a number: "EUR 50,000" = "50000 EUR" =
-  "€50k". An amount must occur as the same amount; the number alone is not enough.
-- **percentages**: a number followed by ``%``, ``percent`` or ``per cent``.
+- **figures**: numbers (digits or words), amounts, currencies, percentages and rate periods,
+  each in one canonical spelling (:mod:`govrag.validation.quantities` says which spellings are
+  equal);
 - **dates**: ``2026-07-01``, ``1 July 2026``, ``July 1, 2026`` (month names and their
   three-letter abbreviations, capitalised) become ``2026-07-01``; ``July 2026`` becomes
   ``2026-07``. A chunk's date also offers its month, its year and its day as a number.
 - **names**: words naming something (an identifier with a digit and a letter such as
-  ``Tier-2``; a word with two capitals such as ``EU``; a capitalised word that does not open the
-  sentence and is not a stopword) and **direction words** (``above``, ``below``, ``more``,
-  ``less``, ``before``, ``after``, ...) must occur in the chunk as words, case-insensitively.
-- **negations** (``not``, ``no``, ``never``, ``without``, ``none``, ``n't``, ...) are counted;
-  the claim check compares the count with the chunk sentence the claim matches best, so a
-  negation added or dropped is caught (see :mod:`govrag.validation.claims`).
+  ``Tier-2``; a word with two capitals such as ``EU``; a capitalised word that is not a
+  stopword; a word mixing Latin letters with another script) and **direction words**
+  (``above``, ``below``, ``more``, ``less``, ``before``, ``after``, ...) must occur in the
+  chunk as words, case-insensitively. A sentence's **opening word**, when capitalised, is a
+  name too unless it is an ordinary word: a stopword, a common sentence opener ("However",
+  "Currently", ...), a word stating a figure, date, direction or negation (checked as such),
+  or a word whose stem the chunk holds ("Transfers" for "transfer").
+- **negations** (``not``, ``no``, ``never``, ``without``, ``none``, ``n't``, ...) are placed:
+  :func:`negated` gives what each applies to (the first analysed term after it in its clause),
+  and the claim check compares those with the chunk sentence (or clauses) the claim matches
+  best, so a negation added, dropped or moved to another word is caught (see
+  :mod:`govrag.validation.claims`).
 """
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
 
-from govrag.store.analyzer import STOPWORDS
-
-__all__ = ["Claim", "Source", "claim_of", "missing", "source_of"]
-
-_SEP = "[.,'\u00a0\u202f]"
-# Not inside a word: "v3" and "ISO27001" are identifiers (names), not numbers.
-_NUMBER = rf"(?<![0-9])(?<![^\W\d_])[0-9]+(?:{_SEP}[0-9]+)*"
-_CODES = ("EUR", "USD", "GBP", "CHF", "JPY", "CNY", "SEK", "NOK", "DKK", "PLN", "CZK", "HUF",
-          "CAD", "AUD", "NZD", "INR", "SGD", "HKD", "RON", "BGN")  # fmt: skip
-_SYMBOLS = {"€": "EUR", "$": "USD", "US$": "USD", "£": "GBP", "¥": "JPY"}
-_CURRENCY_WORDS = {"euro": "EUR", "euros": "EUR", "dollar": "USD", "dollars": "USD"}
-_CURRENCY = r"(?:US\$|[€$£¥]|\b(?:" + "|".join(_CODES) + r")\b|(?i:\b(?:euros?|dollars?)\b))"
-#: Zeros each multiplier appends.
-_MULTIPLIERS = {"k": 3, "thousand": 3, "m": 6, "mn": 6, "million": 6, "bn": 9, "billion": 9}
-# One quantity: an optional currency before, the number, an optional multiplier (glued short
-# forms, spaced words), then a percent sign or a currency after.
-_QUANTITY = re.compile(
-    rf"(?:(?P<pre>{_CURRENCY})[ \u00a0]?)?(?P<num>{_NUMBER})"
-    r"(?:(?P<short>k|m|mn|bn)\b|[ \u00a0]?(?P<word>thousand|million|billion)\b)?"
-    rf"(?:[ \u00a0]?(?P<pct>%|per ?cent\b)|[ \u00a0]?(?P<post>{_CURRENCY}))?"
+from govrag.store.analyzer import STOPWORDS, default_analyzer
+from govrag.validation.normalise import mixed_script, normalise
+from govrag.validation.quantities import (
+    CODES,
+    FIGURE_WORDS,
+    all_numbers,
+    quantities,
+    word_currency,
 )
-_CURRENCY_ALONE = re.compile(_CURRENCY)
+
+__all__ = ["CLAUSE_END", "Claim", "Source", "claim_of", "missing", "negated", "source_of"]
 
 _MONTHS = {name: n for n, names in enumerate((
     ("January", "Jan"), ("February", "Feb"), ("March", "Mar"), ("April", "Apr"), ("May",),
@@ -71,16 +63,58 @@ _DATE = re.compile(
     rf"|\b(?P<om>{_MONTH})[ \t]+(?P<oy>[0-9]{{4}})\b"
 )
 _WORD = re.compile(r"[^\W_]+(?:['’-][^\W_]+)*")
+_LETTER = re.compile(r"[^\W\d_]")
+_JOINER = re.compile(r"['’-]")
+#: Where a clause ends (the claim check compares negations clause by clause; a negation
+#: applies to a word of its own clause).
+CLAUSE_END = re.compile(r"[;:]\s+|,\s+|(?<=\s)(?:and|but)(?=\s)")
 _NEGATIONS = frozenset({
     "not", "no", "never", "without", "none", "nor", "neither", "nobody", "nothing", "nowhere",
     "cannot",
 })  # fmt: skip
+#: A negation: one of those words or a word ending in "n't" (a whole word of _WORD), or the
+#: prefix "non-" ("non-refundable" is "not refundable").
+_NEGATION = re.compile(
+    rf"(?i)(?<![^\W_])(?<![^\W_]['’-])(?:(?:{'|'.join(sorted(_NEGATIONS))}|[^\W_]+n['’]t)"
+    r"(?![^\W_])(?!['’-][^\W_])|non(?=-[^\W_]))"
+)
+#: How far after a negation the word it applies to is looked for (characters).
+_SCOPE_CHARS = 120
 #: Words that turn a figure or a time around: they must occur in the chunk as words.
 _DIRECTIONS = frozenset({
     "above", "below", "over", "under", "more", "less", "fewer", "least", "most", "maximum",
     "minimum", "exceed", "exceeds", "exceeding", "exceeded", "higher", "lower", "before",
     "after", "earlier", "later",
 })  # fmt: skip
+#: Ordinary words that open sentences without naming anything (beside the stopwords).
+_OPENERS = frozenset({
+    # connectives and sentence adverbs
+    "according", "accordingly", "additionally", "afterwards", "also", "alternatively",
+    "although", "always", "answer", "anyway", "basically", "based", "besides", "briefly",
+    "clearly", "consequently", "conversely", "currently", "effectively", "essentially",
+    "eventually", "finally", "first", "firstly", "following", "furthermore", "generally",
+    "given", "hence", "however", "importantly", "indeed", "initially", "instead", "lastly",
+    "likewise", "meanwhile", "moreover", "namely", "nevertheless", "nonetheless", "note",
+    "notably", "often", "otherwise", "overall", "please", "previously", "rather", "recently",
+    "second", "secondly", "similarly", "simply", "since", "sometimes", "specifically", "still",
+    "subsequently", "summary", "then", "thereafter", "thereby", "third", "thirdly", "though",
+    "thus", "today", "together", "typically", "ultimately", "unless", "usually", "whereas",
+    "whilst", "yes",
+    # determiners, pronouns and prepositions the stopword list leaves out
+    "across", "along", "among", "another", "anyone", "anything", "around", "behind", "beyond",
+    "certain", "despite", "every", "everyone", "everything", "except", "inside", "like",
+    "many", "outside", "regarding", "regardless", "several", "someone", "something",
+    "towards", "toward", "unlike", "various", "via", "within",
+})  # fmt: skip
+#: Opening words never taken for a name: each is ordinary, or checked as what it states.
+_NOT_NAMES = (
+    STOPWORDS
+    | _OPENERS
+    | FIGURE_WORDS
+    | _DIRECTIONS
+    | _NEGATIONS
+    | {w.casefold() for w in (*_MONTHS, *CODES)}
+)
 
 
 @dataclass(frozen=True)
@@ -92,50 +126,71 @@ class Claim:
     percentages: frozenset[str] = frozenset()
     dates: frozenset[str] = frozenset()
     currencies: frozenset[str] = frozenset()
+    periods: frozenset[str] = frozenset()
     #: Names and direction words, casefolded.
     names: frozenset[str] = frozenset()
+    #: The capitalised opening word, casefolded, when it may be a name ("" when not), and
+    #: its analysed terms (the chunk holding them is enough: "Transfers" for "transfer").
+    opening: str = ""
+    opening_terms: frozenset[str] = frozenset()
     negations: int = 0
 
     @property
     def empty(self) -> bool:
         return not (self.numbers or self.amounts or self.percentages or self.dates
-                    or self.currencies or self.names or self.negations)  # fmt: skip
+                    or self.currencies or self.periods or self.names or self.opening
+                    or self.negations)  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Source:
-    """What a chunk offers a claim: its facts, and every word it contains (casefolded)."""
+    """What a chunk offers a claim: its facts, every word it contains (casefolded) and its
+    analysed terms."""
 
     numbers: frozenset[str] = frozenset()
     amounts: frozenset[tuple[str, str]] = frozenset()
     percentages: frozenset[str] = frozenset()
     dates: frozenset[str] = frozenset()
     currencies: frozenset[str] = frozenset()
+    periods: frozenset[str] = frozenset()
     words: frozenset[str] = frozenset()
+    terms: frozenset[str] = frozenset()
 
     def __or__(self, other: Source) -> Source:
         return Source(
             self.numbers | other.numbers, self.amounts | other.amounts,
             self.percentages | other.percentages, self.dates | other.dates,
-            self.currencies | other.currencies, self.words | other.words,
+            self.currencies | other.currencies, self.periods | other.periods,
+            self.words | other.words, self.terms | other.terms,
         )  # fmt: skip
 
 
 def claim_of(text: str, *, opens_sentence: bool = True) -> Claim:
     """The facts ``text`` (one sentence, or a part of one, citations removed) asserts; its
-    first word is not taken for a name by its capital when it ``opens_sentence``."""
-    return _parse(text, opens_sentence)[0]
+    first word is checked as an opening word when it ``opens_sentence``."""
+    return _parse(normalise(text), opens_sentence)[0]
 
 
-def source_of(text: str) -> Source:
-    """What ``text`` (a chunk, or one of its sentences) offers a claim."""
-    claim, rest_words = _parse(text)
+def source_of(text: str, *, pieces: Sequence[str] = ()) -> Source:
+    """What ``text`` (a chunk) offers a claim; ``pieces`` (its sentences) are read on their
+    own too, so a quoted sentence finds all its facts whatever its cut."""
+    text = normalise(text)
+    out = _source(text)
+    for piece in pieces:
+        out = out | _source(normalise(piece))
+    terms = frozenset(default_analyzer().analyze(text))
+    return Source(out.numbers, out.amounts, out.percentages, out.dates, out.currencies,
+                  out.periods, out.words, terms)  # fmt: skip
+
+
+def _source(text: str) -> Source:
+    claim, rest_words = _parse(text, opens_sentence=False)
     dates = set(claim.dates)
     numbers = set(claim.numbers) | {v for _, v in claim.amounts} | set(claim.percentages)
-    numbers |= {_canonical(n) for n in re.findall(_NUMBER, text)}
+    numbers |= all_numbers(text)
     words = {w.casefold() for w in _WORD.findall(text)} | {w.casefold() for w in rest_words}
     # "Tier-2" offers "tier" too: a claim's "Tier-2" is the name "tier" and the number 2.
-    words |= {part for w in list(words) for part in re.split(r"['’-]", w) if part}
+    words |= {part for w in list(words) for part in _JOINER.split(w) if part}
     for iso, parsed in _dates(text)[0]:
         if len(iso) == 10:  # a full date also offers its month, and its parts as numbers
             dates.add(iso[:7])
@@ -143,38 +198,35 @@ def source_of(text: str) -> Source:
         numbers.add(str(parsed.year))
         words |= {m.casefold() for m, n in _MONTHS.items() if n == parsed.month}
     return Source(frozenset(numbers), claim.amounts, claim.percentages, frozenset(dates),
-                  claim.currencies, frozenset(words))  # fmt: skip
+                  claim.currencies, claim.periods, frozenset(words))  # fmt: skip
 
 
-def _parse(text: str, opens_sentence: bool = True) -> tuple[Claim, list[str]]:
-    """The claim of ``text`` and the words left once dates and quantities are taken out."""
+def _parse(text: str, opens_sentence: bool) -> tuple[Claim, list[str]]:
+    """The claim of normalised ``text`` and the words left once its dates and figures are
+    taken out."""
     dates, rest = _dates(text)
-    numbers: set[str] = set()
-    amounts: set[tuple[str, str]] = set()
-    percentages: set[str] = set()
-    currencies: set[str] = set()
-
-    def quantity(m: re.Match[str]) -> str:
-        value = _value(m)
-        currency = _currency(m.group("pre") or m.group("post") or "")
-        if m.group("pct"):
-            percentages.add(value)
-        elif currency:
-            amounts.add((currency, value))
-            currencies.add(currency)
-        else:
-            numbers.add(value)
-        return " "
-
-    rest = _QUANTITY.sub(quantity, rest)
-    currencies.update(_currency(c) for c in _CURRENCY_ALONE.findall(rest))
-    words = _WORD.findall(_CURRENCY_ALONE.sub(" ", rest))
+    figures = quantities(rest)
+    words = _WORD.findall(figures.rest)
+    opening = ""
+    if opens_sentence:
+        first = next((w for w in _WORD.finditer(text) if _LETTER.search(w.group())), None)
+        opening = first.group() if first else ""
+    # The opening word, unless taken out as a figure or a date, is words[0]: it is judged as an
+    # opening word below, not as a capitalised word inside the sentence.
     names = {w.casefold() for i, w in enumerate(words)
-             if _names_something(w, first=opens_sentence and i == 0)}  # fmt: skip
-    names |= {w.casefold() for w in words if w.casefold() in _DIRECTIONS}
+             if (kind := _kind(w)) == _NAME or (kind == _CAPITALISED
+                                                and not (i == 0 and w == opening))}  # fmt: skip
+    if not opening[:1].isupper() or _kind(opening) == _NAME:
+        opening = ""
+    opening = opening.casefold()
+    if opening in _NOT_NAMES or opening in names:
+        opening = ""
+    currencies = {c for c in map(word_currency, words) if c}
     claim = Claim(
-        frozenset(numbers), frozenset(amounts), frozenset(percentages),
-        frozenset(d for d, _ in dates), frozenset(currencies), frozenset(names), negations(text),
+        figures.numbers, figures.amounts, figures.percentages, frozenset(d for d, _ in dates),
+        figures.currencies | currencies, figures.periods, frozenset(names), opening,
+        frozenset(default_analyzer().analyze(opening)) if opening else frozenset(),
+        len(_NEGATION.findall(text)),
     )  # fmt: skip
     return claim, words
 
@@ -186,28 +238,49 @@ def missing(claim: Claim, source: Source) -> list[str]:
     out += [f"percentage {p}%" for p in sorted(claim.percentages - source.percentages)]
     out += [f"date {d}" for d in sorted(claim.dates - source.dates)]
     out += [f"currency {c}" for c in sorted(claim.currencies - source.currencies)]
+    out += [f"period {p}" for p in sorted(claim.periods - source.periods)]
     out += [f"name {n}" for n in sorted(claim.names - source.words)]
+    if (
+        claim.opening
+        and claim.opening not in source.words
+        and not (claim.opening_terms and claim.opening_terms <= source.terms)
+    ):
+        out.append(f"name {claim.opening}")
     return out
 
 
-def negations(text: str) -> int:
-    """How many negation words ``text`` holds (``isn't`` counts as one)."""
-    count = 0
-    for w in _WORD.findall(text):
-        w = w.casefold()
-        count += w in _NEGATIONS or w.endswith(("n't", "n’t"))
-    return count
+def negated(text: str) -> tuple[str, ...]:
+    """What each negation of ``text`` applies to, sorted: the first analysed term after it in
+    its clause ("" when there is none: "No."). ``isn't`` is one negation."""
+    text = normalise(text)
+    out: list[str] = []
+    for m in _NEGATION.finditer(text):
+        window = text[m.end() : m.end() + _SCOPE_CHARS]
+        end = CLAUSE_END.search(window)
+        terms = default_analyzer().analyze(window[: end.start()] if end else window)
+        out.append(terms[0] if terms else "")
+    return tuple(sorted(out))
 
 
-def _names_something(word: str, *, first: bool) -> bool:
-    if len(word) < 2 or word.upper() in _CODES or word.casefold() in _CURRENCY_WORDS:
-        return False
-    has_digit = any(ch.isdigit() for ch in word)
-    if has_digit and any(ch.isalpha() for ch in word):
-        return True  # an identifier: Tier-2, v3, ISO27001
+_NAME, _CAPITALISED = 1, 2
+
+
+@functools.lru_cache(maxsize=65536)
+def _kind(word: str) -> int:
+    """``_NAME`` if ``word`` must occur in the chunk wherever it stands (an identifier such as
+    Tier-2, v3, ISO27001; two capitals such as EU, MSA, McKinsey; a direction word; a word of
+    mixed scripts), ``_CAPITALISED`` if it must unless it opens the sentence (a capitalised
+    word that is not a stopword), else 0."""
+    folded = word.casefold()
+    if folded in _DIRECTIONS or mixed_script(word):
+        return _NAME
+    if len(word) < 2 or word_currency(word) or word.upper() in CODES:
+        return 0
+    if any(ch.isdigit() for ch in word) and any(ch.isalpha() for ch in word):
+        return _NAME
     if sum(ch.isupper() for ch in word) >= 2:
-        return True  # EU, MSA, McKinsey
-    return word[0].isupper() and not first and word.casefold() not in STOPWORDS
+        return _NAME
+    return _CAPITALISED if word[0].isupper() and folded not in STOPWORDS else 0
 
 
 def _dates(text: str) -> tuple[list[tuple[str, date]], str]:
@@ -233,52 +306,3 @@ def _dates(text: str) -> tuple[list[tuple[str, date]], str]:
         return " "
 
     return found, _DATE.sub(one, text)
-
-
-def _value(m: re.Match[str]) -> str:
-    value = _canonical(m.group("num"))
-    scale = m.group("short") or m.group("word")
-    if scale and value.count(".") <= 1:  # a number, not a sequence such as 1.2.3
-        whole, _, frac = value.partition(".")
-        zeros = _MULTIPLIERS[scale.lower()]
-        frac += "0" * zeros
-        value = _decimal(whole + frac[:zeros], frac[zeros:])
-    return value
-
-
-def _canonical(token: str) -> str:
-    """One spelling per number (the module docstring says which spellings are equal).
-
-    Digits stay strings throughout: no size limit, no rounding."""
-    groups = re.split(_SEP, token)
-    marks = re.findall(_SEP, token)
-    head, later = groups[0], groups[1:]
-    if not marks:
-        return _decimal(head, "")
-    thousands = len(head) <= 3 and head.lstrip("0") != "" and all(len(g) == 3 for g in later)
-    if len(set(marks)) == 1 and thousands:
-        return _decimal("".join(groups), "")
-    if len(marks) == 1 and marks[0] in ".,":
-        return _decimal(head, later[0])
-    if (
-        marks[-1] in ".,"
-        and len(set(marks[:-1])) == 1
-        and marks[-1] not in marks[:-1]
-        and len(head) <= 3
-        and all(len(g) == 3 for g in later[:-1])
-    ):
-        return _decimal("".join(groups[:-1]), later[-1])
-    return ".".join(_decimal(g, "") for g in groups)  # a version, a reference: a sequence
-
-
-def _decimal(whole: str, fraction: str) -> str:
-    """``whole.fraction`` without leading or trailing zeros (``007.50`` -> ``7.5``)."""
-    whole = whole.lstrip("0") or "0"
-    fraction = fraction.rstrip("0")
-    return f"{whole}.{fraction}" if fraction else whole
-
-
-def _currency(token: str) -> str:
-    if not token:
-        return ""
-    return _SYMBOLS.get(token) or _CURRENCY_WORDS.get(token.lower()) or token.upper()

@@ -141,7 +141,7 @@ class ClaimCheck(Frozen):
     #: Why it is unsupported: ``forged_citation``, ``missing_facts``, ``negation``,
     #: ``low_overlap``, ``no_evidence``; ``None`` when supported.
     reason: str | None = None
-    #: ``False`` for a sentence with no analysed term and no fact ("Sources:").
+    #: ``False`` for a sentence with no analysed term and no fact (markers alone).
     asserts: bool = True
 
 
