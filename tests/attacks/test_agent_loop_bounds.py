@@ -190,7 +190,7 @@ def test_hostile_tool_calls_are_refused_proposals_never_a_crash(make: MakeDeploy
     assert "not valid Unicode text" in errors[0] and "not valid Unicode text" in errors[1]
     assert "is not offered" in errors[2] and "nested deeper than 16" in errors[3]
     assert "not a JSON object" in errors[4] and "NUL" in errors[5]
-    assert "not a finite number" in errors[6] and "the limit is 16,384" in errors[7]
+    assert "NaN is not a JSON number" in errors[6] and "the limit is 16,384" in errors[7]
     assert "not a JSON object" in errors[8] and "is not offered" in errors[9]
     # The model was told, in one valid message per call, and the next payload is valid JSON.
     said = model.tool_messages(1)

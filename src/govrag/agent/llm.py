@@ -39,6 +39,8 @@ class ToolCall:
     #: The parsed JSON arguments; ``None`` when ``raw_arguments`` was not a JSON object.
     arguments: dict[str, Any] | None
     raw_arguments: str = ""
+    #: Why ``arguments`` is ``None`` (what the strict reader refused), for the refusal.
+    problem: str = ""
 
     @classmethod
     def parse(cls, id: str, name: str, raw: str) -> ToolCall:
@@ -48,10 +50,12 @@ class ToolCall:
         text = raw.strip()
         try:
             value = strict_json.parse(text, max_int_digits=MAX_ARGUMENT_INT_DIGITS) if text else {}
-        except strict_json.JsonProblem:
-            value = None
-        return cls(id=id, name=name, arguments=value if isinstance(value, dict) else None,
-                   raw_arguments=raw)  # fmt: skip
+        except strict_json.JsonProblem as exc:
+            return cls(id=id, name=name, arguments=None, raw_arguments=raw,
+                       problem=exc.describe())  # fmt: skip
+        if not isinstance(value, dict):
+            return cls(id=id, name=name, arguments=None, raw_arguments=raw)
+        return cls(id=id, name=name, arguments=value, raw_arguments=raw)
 
     def screened(self) -> ToolCall:
         """This call with its id, name and raw arguments as valid text of bounded length
@@ -64,7 +68,8 @@ class ToolCall:
                 raw = "<arguments that are not JSON>"
         return ToolCall(id=_bounded(self.id, MAX_ID_CHARS), name=_bounded(self.name, MAX_ID_CHARS),
                         arguments=self.arguments,
-                        raw_arguments=_bounded(raw, MAX_RAW_ARGUMENT_CHARS))  # fmt: skip
+                        raw_arguments=_bounded(raw, MAX_RAW_ARGUMENT_CHARS),
+                        problem=self.problem)  # fmt: skip
 
     def as_message(self) -> dict[str, Any]:
         """This call as an entry of an assistant message's ``tool_calls``."""

@@ -238,7 +238,8 @@ class Orchestrator:
         for i, call in enumerate(runnable):
             try:
                 if call.arguments is None:
-                    raise InputError(f"arguments of {call.name!r} are not a JSON object")
+                    why = f": {call.problem}" if call.problem else ""
+                    raise InputError(f"arguments of {call.name!r} are not a JSON object{why}")
                 checked = check_proposal(tools, call.name, call.arguments)
                 corpus = checked.corpus
                 if checked.tool.kind == "metadata":
