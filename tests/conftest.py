@@ -252,10 +252,20 @@ class Spy:
         self.inner = inner
         self.name = inner.name
         self.calls: list[tuple[list[Message], list[dict[str, Any]]]] = []
+        #: Per call: the ``max_tokens`` and ``stop`` it was given.
+        self.limits: list[tuple[int | None, tuple[str, ...]]] = []
 
-    def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> LlmReply:
+    def complete(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[dict[str, Any]],
+        *,
+        max_tokens: int | None = None,
+        stop: Sequence[str] = (),
+    ) -> LlmReply:
         self.calls.append((json.loads(json.dumps(list(messages))), list(tools)))
-        reply: LlmReply = self.inner.complete(messages, tools)
+        self.limits.append((max_tokens, tuple(stop)))
+        reply: LlmReply = self.inner.complete(messages, tools, max_tokens=max_tokens, stop=stop)
         return reply
 
     def tool_names(self) -> list[list[str]]:

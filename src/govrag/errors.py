@@ -8,6 +8,7 @@ parser errors are wrapped with ``raise ... from exc`` so the cause stays inspect
 from __future__ import annotations
 
 from os import PathLike
+from typing import Literal
 
 
 class GovragError(Exception):
@@ -115,10 +116,32 @@ class StoreError(GovragError):
     exit_code = 4
 
 
+#: Why a model call failed. The first group are faults of configuration (the URL, the key, the
+#: model name, the request govrag built, the context size): retrying cannot help, so ``ask``
+#: exits with :attr:`LlmError.exit_code`. The rest are transient (:data:`TRANSIENT_LLM_FAULTS`).
+LlmFault = Literal[
+    "connection", "auth", "not_found", "rejected", "context_overflow", "protocol",
+    "timeout", "overloaded", "rate_limited",
+]  # fmt: skip
+TRANSIENT_LLM_FAULTS: frozenset[str] = frozenset({"timeout", "overloaded", "rate_limited"})
+
+
 class LlmError(GovragError):
-    """The LLM endpoint failed or answered outside the chat-completions protocol."""
+    """The LLM endpoint failed or answered outside the chat-completions protocol.
+
+    ``fault`` classifies the cause (:data:`LlmFault`): the message is for the operator (it
+    names the URL and the setting to fix); an end user is told only the class."""
 
     exit_code = 5
+
+    def __init__(self, message: str, *, fault: LlmFault = "protocol") -> None:
+        super().__init__(message)
+        self.fault: LlmFault = fault
+
+    @property
+    def transient(self) -> bool:
+        """A retry later may succeed (timeout, overload, rate limit)."""
+        return self.fault in TRANSIENT_LLM_FAULTS
 
 
 class IndexStaleError(StoreError):

@@ -245,10 +245,20 @@ class LlmSettings(_Section):
     #: ``openai``: the server's base URL, up to and including ``/v1``.
     base_url: str = "https://api.openai.com/v1"
     model: str = "gpt-4o-mini"
-    #: ``openai``: the environment variable holding the API key (none sent when unset).
-    api_key_env: str | None = "OPENAI_API_KEY"
+    #: ``openai``: the environment variable holding the API key. A key is sent only when
+    #: this names one explicitly: never a default variable's key to whatever ``base_url``
+    #: points at (a local server needs none).
+    api_key_env: str | None = None
+    #: Seconds to wait for one model reply. A local server may keep generating after govrag
+    #: gave up; ``max_tokens`` is what bounds that.
     timeout_s: float = Field(default=60.0, gt=0.0, le=600.0)
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    #: Most tokens one model reply may generate (sent with every call). A reply cut off at
+    #: this limit is flagged; a grounded answer that was cut off abstains (``truncated``).
+    max_tokens: int = Field(default=1024, ge=16, le=131_072)
+    #: Most tokens of a workflow's query-formulation reply (a query is one short line; the
+    #: call also stops at the first line break).
+    query_max_tokens: int = Field(default=64, ge=8, le=1024)
     #: Most model calls of one request (a Pattern 1 loop ends there).
     max_steps: int = Field(default=6, ge=1, le=50)
     #: Most tool calls of one model reply that run; the rest are refused (and audited).

@@ -244,14 +244,16 @@ def test_from_settings_reads_the_key_from_the_named_variable(
     assert str(request.url) == URL
     assert request.headers.get("authorization") == authorization
     assert request.extensions["timeout"]["read"] == 12.0
-    assert text_server.body == {"model": "llama3.1:8b", "messages": QUESTION, "temperature": 0.7}
+    assert text_server.body == {"model": "llama3.1:8b", "messages": QUESTION, "temperature": 0.7,
+                                "max_tokens": 1024}  # fmt: skip
 
 
 def test_from_settings_without_a_key_variable_sends_no_key(
     monkeypatch: pytest.MonkeyPatch, text_server: Server
 ) -> None:
-    monkeypatch.setenv("OPENAI_API_KEY", KEY)  # present, but not the configured variable
-    settings = LlmSettings(provider="openai", base_url=BASE_URL, api_key_env=None)
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)  # present, but no variable is configured
+    settings = LlmSettings(provider="openai", base_url=BASE_URL)  # the default: none
+    assert settings.api_key_env is None
     with OpenAIChatClient.from_settings(
         settings, transport=httpx.MockTransport(text_server)
     ) as llm:
@@ -261,8 +263,8 @@ def test_from_settings_without_a_key_variable_sends_no_key(
 
 @pytest.mark.parametrize(
     ("tools", "keys"),
-    [(SCHEMAS, {"model", "messages", "temperature", "tools", "tool_choice"}),
-     ([], {"model", "messages", "temperature"})],
+    [(SCHEMAS, {"model", "messages", "temperature", "max_tokens", "tools", "tool_choice"}),
+     ([], {"model", "messages", "temperature", "max_tokens"})],
     ids=["tools", "no-tools"],
 )  # fmt: skip
 def test_the_body_holds_exactly_the_protocol_keys(
@@ -361,7 +363,7 @@ def test_the_adapter_adds_nothing_about_the_caller_or_the_policy(text_server: Se
     with client(text_server) as llm:
         llm.complete(messages, leaky_tools)
     body = text_server.body
-    protocol = {"model", "messages", "temperature", "tools", "tool_choice", "type", "function",
+    protocol = {"model", "messages", "temperature", "max_tokens", "tools", "tool_choice", "type", "function",
                 "gpt-4o-mini", "auto"}  # fmt: skip
     allowed = protocol | set(keys_and_strings(messages)) | set(keys_and_strings(SCHEMAS))
     assert set(keys_and_strings(body)) <= allowed
@@ -395,7 +397,16 @@ def status(code: int, body: str, content_type: str = "application/json") -> Serv
 ECHO = json.dumps({"error": {"message": f"Incorrect API key provided: {KEY}.",
                              "type": "invalid_request_error",
                              "code": "invalid_api_key"}})  # fmt: skip
-LONG = "x" * 1000
+LONG = "x" * 3000
+#: What llama-cpp-python's server answers for a null assistant content (HTTP 500), and
+#: llama.cpp's server for a prompt past its context (HTTP 400).
+PYDANTIC_500 = json.dumps({"error": {"message": "1 validation error for "
+                           "CreateChatCompletionRequest\nmessages.1.assistant.content\n  Input "
+                           "should be a valid string [type=string_type, input_value=None]",
+                           "type": "internal_server_error"}})  # fmt: skip
+OVERFLOW_400 = json.dumps({"error": {"code": 400, "type": "exceed_context_size_error",
+                           "message": "the request exceeds the available context size, try "
+                           "increasing it"}})  # fmt: skip
 FAULTS = [
     # (id, server, expected phrases in the message)
     ("connect", raising(httpx.ConnectError),
@@ -420,9 +431,16 @@ FAULTS = [
     ("500", status(500, '{"error": {"message": "The server had an error"}}'),
      ["HTTP 500", URL, "server error", "The server had an error"]),
     ("502-empty", status(502, ""), ["HTTP 502", "(empty body)"]),
-    ("503-long", status(503, LONG), ["HTTP 503", "x" * 150 + "..."]),
+    ("503-long", status(503, LONG), ["HTTP 503", "x" * 990 + "...", "retry later"]),
     ("400", status(400, '{"error": {"message": "Invalid schema for function"}}'),
-     ["HTTP 400", URL, "Invalid schema for function", "chat-completions"]),
+     ["HTTP 400", URL, "Invalid schema for function", "refused the request",
+      "retrying will not help"]),
+    ("500-validation", status(500, PYDANTIC_500),
+     ["HTTP 500", "refused the request", "messages.1.assistant.content", "Input should be a "
+      "valid string", "retrying will not help"]),
+    ("400-context", status(400, OVERFLOW_400),
+     ["HTTP 400", "does not fit the model's context", "exceeds the available context size",
+      "token_budget", "top_k", "llm.max_tokens"]),
     ("html-200", status(200, "<!doctype html><title>Open WebUI</title>", "text/html"),
      ["not JSON", URL, "Open WebUI", "/v1"]),
     ("json-list", status(200, "[]"), ["outside the chat-completions protocol", "not an object"]),
@@ -444,16 +462,30 @@ FAULTS = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("server", "phrases"), [f[1:] for f in FAULTS], ids=[f[0] for f in FAULTS])
+#: The fault class each case is; the rest are ``protocol``.
+FAULT_CLASS = {
+    "connect": "connection", "connect-timeout": "timeout", "read-timeout": "timeout",
+    "remote-closed": "connection", "401": "auth", "403": "auth", "404": "not_found",
+    "404-html": "not_found", "429": "rate_limited", "500": "overloaded", "502-empty": "overloaded",
+    "503-long": "overloaded", "400": "rejected", "500-validation": "rejected",
+    "400-context": "context_overflow",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "server", "phrases"), FAULTS, ids=[f[0] for f in FAULTS])
 def test_every_fault_is_an_llm_error_that_says_what_to_fix(
-    server: Server, phrases: list[str]
+    name: str, server: Server, phrases: list[str]
 ) -> None:
     with client(server, api_key_env=KEY_ENV) as llm, pytest.raises(LlmError) as info:
         llm.complete(QUESTION, SCHEMAS)
     message = str(info.value)
     for phrase in phrases:
         assert phrase in message
-    assert "x" * 201 not in message  # body snippets are capped
+    assert "x" * 1001 not in message  # body snippets are capped
+    assert info.value.fault == FAULT_CLASS.get(name, "protocol")
+    assert info.value.transient == (info.value.fault in {"timeout", "overloaded", "rate_limited"})
+    if not info.value.transient:  # a retry cannot help a refused request
+        assert "retry later" not in message
     # The key never leaks, not even through the wrapped cause.
     chain = [message, repr(info.value.__cause__), str(info.value.__cause__)]
     assert all(KEY not in text for text in chain)

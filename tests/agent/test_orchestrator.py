@@ -305,7 +305,13 @@ def test_prompt_injection_changes_no_identity_scope_or_verdict(dep: Deployment) 
     allowed = {c.chunk_id for p in answer.packs for c in p.chunks}
     assert {c.chunk_id for c in answer.citations} <= allowed
     assert "sp:leave#0" not in {c.chunk_id for c in answer.citations}
-    assert all("hr-policies" not in json.dumps(t) for _, t in spy.calls)
+    # The tools name corpora only as the pinned route does (a retrieve tool's corpus enum is
+    # the route's scope), whatever the injected text asks for.
+    scope = list(dep.orchestrator.config.routes["qa"].retrieval.scope)
+    for _, tools in spy.calls:
+        for t in tools:
+            if "corpus" in t["parameters"].get("properties", {}):
+                assert t["parameters"]["properties"]["corpus"]["enum"] == scope
     check_replay(dep, answer)
 
 
@@ -361,7 +367,14 @@ def test_openai_model_errors_end_the_request_cleanly(dep: Deployment) -> None:
     spy_on(dep, OpenAIChatClient("https://llm.example/v1", "m",
                                  transport=httpx.MockTransport(handler)))  # fmt: skip
     answer = ask(dep, "officer-123", QUESTION)
-    assert answer.abstained and answer.reason == "llm_error" and "503" in answer.answer
+    assert answer.abstained and answer.reason == "llm_error"
+    # The caller gets the class of fault only; the operator's detail is in the audit log.
+    assert "(overloaded)" in answer.answer and "503" not in answer.answer
+    assert "llm.example" not in answer.answer and answer.as_dict()["llm_fault"] == "overloaded"
+    (result,) = [e.payload for e in dep.store.audit_events("t1", request_id=answer.request_id)
+                 if e.kind == "llm_result"]  # fmt: skip
+    assert result["status"] == "error" and result["fault"] == "overloaded"
+    assert "HTTP 503" in result["error"] and "upstream overloaded" in result["error"]
     check_replay(dep, answer)
 
 

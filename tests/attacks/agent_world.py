@@ -70,7 +70,14 @@ class Scripted:
         self.replies = list(replies)
         self.calls: list[tuple[list[Message], list[dict[str, Any]]]] = []
 
-    def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> LlmReply:
+    def complete(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[dict[str, Any]],
+        *,
+        max_tokens: int | None = None,
+        stop: Sequence[str] = (),
+    ) -> LlmReply:
         self.calls.append((list(messages), list(tools)))
         return self.replies[min(len(self.calls), len(self.replies)) - 1]
 

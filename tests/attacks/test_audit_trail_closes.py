@@ -105,7 +105,14 @@ class Exploding:
         self.after, self.calls = after, 0
         self.inner = retrieving()
 
-    def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> LlmReply:
+    def complete(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[dict[str, Any]],
+        *,
+        max_tokens: int | None = None,
+        stop: Sequence[str] = (),
+    ) -> LlmReply:
         self.calls += 1
         if self.calls > self.after:
             raise RuntimeError(SECRET)

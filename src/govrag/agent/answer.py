@@ -36,7 +36,9 @@ class Answer:
     answer: str
     abstained: bool
     #: Why it abstained (``no_evidence``, ``thin_evidence``, ``off_topic``,
-    #: ``scope_violation``, ``not_recorded``, ``uncited``, ``unsupported``, ``llm_error``,
+    #: ``scope_violation``, ``not_recorded``, ``uncited``, ``unsupported``, ``denied`` (by
+    #: policy), ``model_out_of_scope`` (the model asked only for corpora outside the route),
+    #: ``truncated``, ``empty_reply``, ``step_limit``, ``llm_error`` (see :attr:`llm_fault`),
     #: ...); ``None`` otherwise.
     reason: str | None
     citations: tuple[Citation, ...]
@@ -52,6 +54,14 @@ class Answer:
     #: (``claims`` says which and why); what is delivered is the supported rest.
     flagged: bool = False
     trace: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def llm_fault(self) -> str | None:
+        """For ``llm_error``: the class of the model's failure (``connection``, ``auth``,
+        ``not_found``, ``rejected``, ``context_overflow``, ``protocol``, ``timeout``,
+        ``overloaded``, ``rate_limited``)."""
+        fault = self.trace.get("llm_fault")
+        return fault if isinstance(fault, str) else None
 
     @property
     def hint(self) -> str | None:
@@ -79,6 +89,7 @@ class Answer:
             "answer": self.answer,
             "abstained": self.abstained,
             "reason": self.reason,
+            "llm_fault": self.llm_fault,
             "grounded": self.grounded,
             "flagged": self.flagged,
             "citations": [

@@ -56,7 +56,15 @@ class ExtractiveResponder:
 
     name = "extractive"
 
-    def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> LlmReply:
+    def complete(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[dict[str, Any]],
+        *,
+        max_tokens: int | None = None,
+        stop: Sequence[str] = (),
+    ) -> LlmReply:
+        """Deterministic: ``max_tokens`` and ``stop`` do not apply (nothing is generated)."""
         user = _last(messages, "user")
         parts = caller_parts(user)
         question, text = parts.get("question", user), parts.get("text", "")

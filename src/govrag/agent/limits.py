@@ -9,7 +9,9 @@ it, so every dimension is capped (``[llm]`` settings):
 - model calls per request (``max_steps``);
 - tool calls per model reply (``max_tool_calls_per_reply``) and per request
   (``max_tool_calls``): calls past either cap are refused, audited as one refusal, and never
-  run; once the request's cap is spent, no tools are offered any more.
+  run; once the request's cap is spent, no tools are offered any more;
+- a workflow's query-formulation reply (``query_max_tokens``, and it stops at a line break);
+  every other reply is bounded by the adapter's ``max_tokens``.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ class RequestLimits:
     max_tool_calls: int = 24
     max_question_chars: int = 4000
     max_text_chars: int = 200_000
+    #: Most tokens of a workflow's query-formulation reply (``[llm] query_max_tokens``).
+    query_max_tokens: int = 64
 
     @classmethod
     def from_settings(cls, llm: LlmSettings) -> RequestLimits:
@@ -42,6 +46,7 @@ class RequestLimits:
             max_tool_calls=llm.max_tool_calls,
             max_question_chars=llm.max_question_chars,
             max_text_chars=llm.max_text_chars,
+            query_max_tokens=llm.query_max_tokens,
         )
 
     def check_input(self, question: str, text: str | None) -> None:

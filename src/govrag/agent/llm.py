@@ -18,6 +18,7 @@ make a message, an audit event or the next payload unwritable.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -86,11 +87,33 @@ class LlmReply:
     tool_calls: tuple[ToolCall, ...] = field(default_factory=tuple)
     #: The adapter's model identifier (recorded in the trace).
     model: str = ""
+    #: Why the model stopped, as the server said (``stop``, ``length``, ``tool_calls``...);
+    #: ``length`` means the reply was cut off by the output limit. ``None``: not reported.
+    finish_reason: str | None = None
+    #: Token usage as the server reported it (``None``: not reported).
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+    @property
+    def truncated(self) -> bool:
+        """The reply was cut off by the output limit (``max_tokens``)."""
+        return self.finish_reason == "length"
 
     def screened(self) -> LlmReply:
         """This reply as the app may handle it: valid text, every call :meth:`ToolCall.screened`."""
+        finish = _bounded(self.finish_reason, 64) if self.finish_reason is not None else None
         return LlmReply(text=_bounded(self.text, None), model=_bounded(self.model, MAX_ID_CHARS),
-                        tool_calls=tuple(c.screened() for c in self.tool_calls))  # fmt: skip
+                        tool_calls=tuple(c.screened() for c in self.tool_calls),
+                        finish_reason=finish, prompt_tokens=_count(self.prompt_tokens),
+                        completion_tokens=_count(self.completion_tokens))  # fmt: skip
+
+    def digest(self) -> str:
+        """SHA-256 of the reply's canonical JSON (text and tool calls): what ``llm_result``
+        records, so an examiner can match a reply without the log holding its text."""
+        calls = [[c.id, c.name, c.raw_arguments] for c in self.tool_calls]
+        body = {"text": self.text, "tool_calls": calls}
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 #: Longest tool call id or tool name kept (manifest names are at most 128 characters).
@@ -99,6 +122,13 @@ MAX_ID_CHARS = 256
 MAX_RAW_ARGUMENT_CHARS = 65_536
 #: Longest integer literal in a model's tool arguments (a 64-bit integer has at most 20).
 MAX_ARGUMENT_INT_DIGITS = 20
+
+
+def _count(value: object) -> int | None:
+    """A token count as reported, or ``None`` when it is not a plausible count."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31:
+        return value
+    return None
 
 
 def _bounded(text: object, limit: int | None) -> str:
@@ -113,7 +143,16 @@ class LlmClient(Protocol):
     #: ``extractive``, ``openai:<model>``, ...: recorded in the trace.
     name: str
 
-    def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> LlmReply:
-        """One model call. Adapters raise :class:`~govrag.errors.LlmError` on transport or
-        protocol faults (the orchestrator then ends the request cleanly)."""
+    def complete(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[dict[str, Any]],
+        *,
+        max_tokens: int | None = None,
+        stop: Sequence[str] = (),
+    ) -> LlmReply:
+        """One model call. ``max_tokens`` caps this call's output below the adapter's own
+        limit (``None``: the adapter's limit); ``stop`` ends generation at any of these
+        strings. Adapters raise :class:`~govrag.errors.LlmError` (with its ``fault``) on
+        transport or protocol faults; the orchestrator then ends the request cleanly."""
         ...

@@ -1,22 +1,28 @@
 """An :class:`~govrag.agent.llm.LlmClient` for any OpenAI-compatible chat-completions server.
 
 OpenAI, vLLM, the llama.cpp server and Ollama all answer ``POST {base_url}/chat/completions``.
-The request carries exactly ``model``, ``messages``, ``temperature`` and, when tools are
-offered, ``tools`` (each schema wrapped as ``{"type": "function", "function": ...}``) and
-``tool_choice: "auto"``. Messages pass through unchanged and nothing else is added: no
-token, role, entitlement or policy text reaches the model through this adapter (seed 003,
-step 2).
+The request carries exactly ``model``, ``messages``, ``temperature``, ``max_tokens`` (always:
+a local server's default is often unlimited, and it keeps generating after govrag gave up),
+``stop`` when a call asks for it and, when tools are offered, ``tools`` (each schema wrapped
+as ``{"type": "function", "function": ...}``) and ``tool_choice: "auto"``. Messages pass
+through unchanged (the orchestrator builds them in the shape strict servers accept: string
+``content`` everywhere, ``""`` on an assistant turn that only calls tools) and nothing else is
+added: no token, role, entitlement or policy text reaches the model through this adapter
+(seed 003, step 2). The API key is sent only when ``[llm] api_key_env`` names its variable.
 
 The reply's ``choices[0].message`` becomes an :class:`~govrag.agent.llm.LlmReply`: its text
-(``""`` when ``content`` is null) and its tool calls, parsed with
-:meth:`~govrag.agent.llm.ToolCall.parse` so malformed argument JSON is kept raw. Servers
+(``""`` when ``content`` is null), ``finish_reason``, token ``usage`` and its tool calls,
+parsed with :meth:`~govrag.agent.llm.ToolCall.parse` so malformed argument JSON is kept raw. Servers
 differ in small ways and all of these are accepted: ``arguments`` sent as a JSON object
 instead of a string, tool calls without an ``id`` (one is generated: ``call-<n>``, unique per
 client), the legacy single ``function_call`` shape, and ``content`` as a list of text parts.
 
-Every fault raises :class:`~govrag.errors.LlmError` naming the URL, what went wrong and the
-setting to fix. The API key never appears in an error message (it is scrubbed from quoted
-response bodies too), and the request body is never quoted.
+Every fault raises :class:`~govrag.errors.LlmError` with its ``fault`` class (connection,
+auth, not_found, context_overflow, rejected, protocol; transient: timeout, overloaded,
+rate_limited), naming the URL, what went wrong and the setting to fix. A server's own
+explanation is quoted up to :data:`SNIPPET_CHARS` characters (the line naming the bad field is
+usually past the first 200). The API key never appears in an error message (it is scrubbed
+from quoted response bodies too), and the request body is never quoted.
 
 ``httpx`` is the optional extra ``http``; importing this module without it raises
 :class:`~govrag.errors.MissingExtraError`.
@@ -43,7 +49,17 @@ if TYPE_CHECKING:
     from govrag.settings import LlmSettings
 
 #: The most characters of a response body quoted in an error message.
-SNIPPET_CHARS = 200
+SNIPPET_CHARS = 1000
+#: What servers say when the prompt does not fit the model's context (llama.cpp, vLLM,
+#: Ollama, OpenAI), lower-cased.
+_CONTEXT_OVERFLOW = ("context length", "context size", "context window", "maximum context",
+                     "context_length_exceeded", "exceeds the available context", "n_ctx",
+                     "too many tokens", "prompt is too long", "requested tokens")  # fmt: skip
+#: What a request-validation error looks like in a body (FastAPI/pydantic servers answer some
+#: with HTTP 500): the request govrag built was refused, and a retry cannot help.
+_VALIDATION = ("validation error", "field required", "input should be", "unprocessable",
+               "invalid request", "invalid_request_error",
+               "extra inputs are not permitted")  # fmt: skip
 _REDACTED = "[redacted]"
 #: The keys of a tool schema that reach the model (what ``tool_schemas`` produces).
 _TOOL_KEYS = ("name", "description", "parameters")
@@ -60,6 +76,7 @@ class OpenAIChatClient:
         api_key: str | None = None,
         timeout_s: float = 60.0,
         temperature: float = 0.0,
+        max_tokens: int = 1024,
         transport: httpx.BaseTransport | None = None,
         api_key_env: str | None = None,
     ) -> None:
@@ -71,6 +88,7 @@ class OpenAIChatClient:
         self.url = f"{self.base_url}/chat/completions"
         self.timeout_s = timeout_s
         self.temperature = temperature
+        self.max_tokens = max_tokens
         self.api_key_env = api_key_env
         self._api_key = api_key or None
         self._ids = itertools.count(1)
@@ -93,6 +111,7 @@ class OpenAIChatClient:
             api_key=key or None,
             timeout_s=settings.timeout_s,
             temperature=settings.temperature,
+            max_tokens=settings.max_tokens,
             transport=transport,
             api_key_env=settings.api_key_env,
         )
@@ -116,47 +135,67 @@ class OpenAIChatClient:
 
     # -- the protocol ---------------------------------------------------------------------
 
-    def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> LlmReply:
-        body = self.request_body(messages, tools)
+    def complete(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[dict[str, Any]],
+        *,
+        max_tokens: int | None = None,
+        stop: Sequence[str] = (),
+    ) -> LlmReply:
+        body = self.request_body(messages, tools, max_tokens=max_tokens, stop=stop)
         try:
             content = json.dumps(body, ensure_ascii=False).encode("utf-8")
         except (TypeError, ValueError) as exc:
             raise LlmError(
                 f"the request to {self.url} could not be encoded as JSON: {exc}; messages and "
-                "tool schemas must hold only JSON values"
-            ) from exc
+                "tool schemas must hold only JSON values", fault="rejected",
+            ) from exc  # fmt: skip
         try:
             response = self._client.post(self.url, content=content)
         except httpx.TimeoutException as exc:
             raise LlmError(
                 f"the LLM at {self.url} timed out after {self.timeout_s:g}s "
                 f"({type(exc).__name__}); raise llm.timeout_s (GOVRAG_LLM__TIMEOUT_S) or check "
-                "that the server is not overloaded"
-            ) from exc
+                "that the server is not overloaded. A local server may go on generating after "
+                f"govrag gave up: llm.max_tokens ({self.max_tokens}) is what bounds a reply",
+                fault="timeout",
+            ) from exc  # fmt: skip
         except httpx.TransportError as exc:
             raise LlmError(
                 f"could not connect to the LLM at {self.url} ({type(exc).__name__}: "
                 f"{self._scrub(str(exc))}); check llm.base_url (GOVRAG_LLM__BASE_URL) and that "
-                "the server is running"
-            ) from exc
+                "the server is running", fault="connection",
+            ) from exc  # fmt: skip
         except httpx.HTTPError as exc:
             raise LlmError(
                 f"the request to the LLM at {self.url} failed ({type(exc).__name__}: "
-                f"{self._scrub(str(exc))})"
-            ) from exc
+                f"{self._scrub(str(exc))})", fault="connection",
+            ) from exc  # fmt: skip
         if response.status_code != 200:
-            raise LlmError(self._status_message(response))
+            raise self._status_error(response)
         return self._parse(response)
 
     def request_body(
-        self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[dict[str, Any]],
+        *,
+        max_tokens: int | None = None,
+        stop: Sequence[str] = (),
     ) -> dict[str, Any]:
-        """The JSON body of one call: exactly model, messages, temperature (+ tools)."""
+        """The JSON body of one call: exactly model, messages, temperature, max_tokens
+        (``max_tokens`` below the client's limit, never above), stop when given, and the
+        tools when offered."""
+        limit = self.max_tokens if max_tokens is None else min(max_tokens, self.max_tokens)
         body: dict[str, Any] = {
             "model": self.model,
             "messages": list(messages),
             "temperature": self.temperature,
+            "max_tokens": limit,
         }
+        if stop:
+            body["stop"] = list(stop)
         if tools:
             body["tools"] = [
                 {"type": "function", "function": {k: t[k] for k in _TOOL_KEYS if k in t}}
@@ -181,10 +220,13 @@ class OpenAIChatClient:
             text = text[: SNIPPET_CHARS - 3] + "..."
         return text or "(empty body)"
 
-    def _status_message(self, response: httpx.Response) -> str:
+    def _status_error(self, response: httpx.Response) -> LlmError:
+        """The fault a non-200 answer means, classified by status *and* body: servers report
+        a refused request as 400, 422 or even 500, and a context overflow as 400 or 413."""
         status = response.status_code
         head = f"the LLM at {self.url} answered HTTP {status}"
         snippet = self._snippet(response)
+        said = snippet.lower()
         if status in (401, 403):
             if self.api_key_env:
                 fix = (
@@ -197,34 +239,46 @@ class OpenAIChatClient:
                     "holding a valid API key"
                 )
             sent = "a key was sent" if self._api_key else "no key was sent"
-            return (
+            return LlmError(
                 f"{head} ({'unauthorized' if status == 401 else 'forbidden'}; {sent}): "
-                f"{snippet}; {fix}, and check that the key may use model {self.model!r}"
+                f"{snippet}; {fix}, and check that the key may use model {self.model!r}",
+                fault="auth",
             )
         if status == 404:
-            return (
+            return LlmError(
                 f"{head} (not found): {snippet}; llm.base_url (GOVRAG_LLM__BASE_URL) must be "
                 "the server's API root up to and including /v1 (e.g. "
                 f"http://localhost:8000/v1), and llm.model ({self.model!r}) must be a model the "
-                "server serves"
-            )
+                "server serves", fault="not_found",
+            )  # fmt: skip
         if status == 429:
-            return (
+            return LlmError(
                 f"{head} (rate limited or out of quota): {snippet}; retry later or raise the "
-                "account's limits"
-            )
-        if status >= 500:
-            return f"{head} (server error): {snippet}; the LLM server failed, retry later"
-        return (
-            f"{head}: {snippet}; check llm.model ({self.model!r}) and that the server speaks "
-            "the chat-completions protocol"
-        )
+                "account's limits", fault="rate_limited",
+            )  # fmt: skip
+        if status in (400, 413, 422, 500) and any(p in said for p in _CONTEXT_OVERFLOW):
+            return LlmError(
+                f"{head} (the prompt does not fit the model's context): {snippet}; lower "
+                "[gateway] token_budget or the route's top_k, or start the server with a "
+                f"larger context; llm.max_tokens ({self.max_tokens}) counts against it too",
+                fault="context_overflow",
+            )  # fmt: skip
+        if 400 <= status < 500 or (status == 500 and any(p in said for p in _VALIDATION)):
+            return LlmError(
+                f"{head} (the server refused the request): {snippet}; retrying will not "
+                f"help: check llm.model ({self.model!r}) and the server's message above, and "
+                "report it if it names a field govrag sent", fault="rejected",
+            )  # fmt: skip
+        return LlmError(
+            f"{head} (server error or overloaded): {snippet}; the LLM server failed, retry "
+            "later", fault="overloaded",
+        )  # fmt: skip
 
     def _protocol_error(self, what: str) -> LlmError:
         return LlmError(
             f"the LLM at {self.url} answered outside the chat-completions protocol: {what}; "
-            "check that llm.base_url points at an OpenAI-compatible /v1 API"
-        )
+            "check that llm.base_url points at an OpenAI-compatible /v1 API", fault="protocol",
+        )  # fmt: skip
 
     # -- the reply ------------------------------------------------------------------------
 
@@ -232,10 +286,8 @@ class OpenAIChatClient:
         try:
             data = response.json()
         except ValueError as exc:
-            raise LlmError(
-                f"the LLM at {self.url} answered HTTP 200 with a body that is not JSON: "
-                f"{self._snippet(response)}; check that llm.base_url points at an "
-                "OpenAI-compatible /v1 API"
+            raise self._protocol_error(
+                f"HTTP 200 with a body that is not JSON: {self._snippet(response)}"
             ) from exc
         if not isinstance(data, dict):
             raise self._protocol_error(f"the body is a JSON {type(data).__name__}, not an object")
@@ -247,10 +299,17 @@ class OpenAIChatClient:
             detail = f" (error: {self._scrub(json.dumps(error))[:SNIPPET_CHARS]})" if error else ""
             raise self._protocol_error(f"no choices[0].message in the reply{detail}")
         model = data.get("model")
+        finish = first.get("finish_reason") if isinstance(first, dict) else None
+        usage = data.get("usage")
+        if not isinstance(usage, dict):
+            usage = {}
         return LlmReply(
             text=self._text(message.get("content")),
             tool_calls=self._tool_calls(message),
             model=model if isinstance(model, str) and model else self.model,
+            finish_reason=finish if isinstance(finish, str) else None,
+            prompt_tokens=usage.get("prompt_tokens"),
+            completion_tokens=usage.get("completion_tokens"),
         )
 
     def _text(self, content: Any) -> str:

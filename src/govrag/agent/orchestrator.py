@@ -50,7 +50,7 @@ from govrag.agent.llm import LlmClient, Message, ToolCall
 from govrag.agent.retrieve import GovernedSearch, merged_hidden
 from govrag.agent.run import PREFETCH, Run, ToolExecutor, denied_or
 from govrag.audit.trail import recorded, safe_text
-from govrag.errors import InputError, LlmError
+from govrag.errors import TRANSIENT_LLM_FAULTS, InputError, LlmError
 from govrag.policy.pep import Proposal
 from govrag.routes.models import Tool
 from govrag.routes.payload import check_proposal, offered_tools, tool_schemas
@@ -170,8 +170,11 @@ class Orchestrator:
             else:
                 reply, reason = self._loop(run, text, self._tools(run, None))
         except LlmError as exc:
-            log.error("request %s: the model failed: %s", request_id, exc)
-            reply, reason = f"The model could not answer: {exc}", "llm_error"
+            # The operator's message (URLs, settings, the server's words) goes to the log and
+            # the audit trail (``llm_result``); the caller learns only the class of fault.
+            log.error("request %s: the model failed (%s): %s", request_id, exc.fault, exc)
+            run.trace["llm_fault"] = exc.fault
+            reply, reason = _llm_failure(exc.fault, request_id), "llm_error"
         where["stage"] = "delivery"
         return self._deliver(run, pattern, reply, reason, grounded)
 
@@ -183,7 +186,7 @@ class Orchestrator:
             {"role": "user", "content": _user(run.question, text)},
         ]
         # No tools: a no-retrieval route offers none, and an empty store offers no search.
-        return run.call_model(messages, [], stage="answer").text
+        return run.drafted(run.call_model(messages, [], stage="answer"), ())
 
     def _prefetch(self, run: Run, text: str | None) -> tuple[str, str | None]:
         action = self.governed.retrieve_action(run.route)
@@ -208,21 +211,25 @@ class Orchestrator:
         while run.steps_left:
             # Once the request's tool calls are spent, nothing is offered: the model answers.
             offered = tools if run.tool_calls < self.limits.max_tool_calls else []
-            reply = run.call_model(messages, tool_schemas(offered), stage="loop")
+            schemas = tool_schemas(offered, scope=run.session.retrieval.scope)
+            reply = run.call_model(messages, schemas, stage="loop")
             if not reply.tool_calls:
-                reply_text = run.drafted(reply.text, run.evidence[first:])
+                reply_text = run.drafted(reply, run.evidence[first:])
                 break
             messages.append(
                 {
+                    # A string, never null: strict servers (llama.cpp) refuse a null content.
                     "role": "assistant",
-                    "content": reply.text or None,
+                    "content": reply.text,
                     "tool_calls": [c.as_message() for c in reply.tool_calls],
                 }
             )
             messages.extend(self.observe(run, tools, reply.tool_calls))
         else:
             run.trace["step_limit"] = True
-        return reply_text, None if run.evidence else denied_or(run, "no_evidence")
+        if run.evidence:
+            return reply_text, None
+        return reply_text, denied_or(run, "no_evidence", by_model=True)
 
     # -- pieces the workflow runner shares ---------------------------------------------------
     def _tools(self, run: Run, allowlist: tuple[str, ...] | None) -> list[Tool]:
@@ -373,7 +380,7 @@ class Orchestrator:
             {"role": "system", "content": f"{prompts.SYNTHESIS}\n\n{context}"},
             {"role": "user", "content": _user(run.question, text)},
         ]
-        return run.drafted(run.call_model(messages, [], stage="synthesis").text, handed)
+        return run.drafted(run.call_model(messages, [], stage="synthesis"), handed)
 
     # -- delivery ----------------------------------------------------------------------------
     def _deliver(
@@ -385,6 +392,16 @@ class Orchestrator:
         claims: ClaimReport | None = None
         flagged = False
         model_reply = reply
+        truncated = run.draft is not None and run.draft.text == reply and run.draft.truncated
+        if reason is None and not reply.strip():
+            # Nothing to deliver is an abstention, never an answer.
+            reason = "step_limit" if run.trace.get("step_limit") else "empty_reply"
+        elif reason is None and truncated:
+            run.trace["truncated"] = True
+            if grounded:  # a cut-off answer may have lost the sentence that qualifies it
+                reason = "truncated"
+            else:
+                flagged = True
         if grounded and reason is None:
             claims = check_claims(reply, [c for _, c in handed], min_overlap=self.claim_min_overlap)
             if not claims.all_supported:
@@ -428,6 +445,8 @@ class Orchestrator:
                 "pattern": pattern,
                 "unsupported_claims": len(claims.unsupported) if claims else 0,
                 "flagged": flagged,
+                "truncated": truncated,
+                "llm_fault": run.trace.get("llm_fault"),
                 "removed_claims": _removed(claims),
                 "reply_hash": hashlib.sha256(model_reply.encode()).hexdigest(),
             },
@@ -493,7 +512,29 @@ _ABSTAIN = {
     "uncited": "I could not ground an answer in the documents you may read.",
     "unsupported": "The answer I drafted was not supported by the documents it cited, so it "
     "was withheld.",
+    "model_out_of_scope": "The model asked to search sources outside this route, which were "
+    "refused; nothing you may search was asked for. Try rephrasing the question.",
+    "truncated": "The model's answer was cut off by its output limit, so it was withheld.",
+    "empty_reply": "The model returned an empty reply; there is no answer to deliver.",
+    "step_limit": "The model used up its steps without answering.",
 }
+
+#: What a caller is told when the model failed, per fault class: never the operator's message
+#: (it names internal URLs, settings and environment variables).
+_LLM_FAULT = {
+    "timeout": "the model did not answer in time",
+    "overloaded": "the model service is failing or overloaded",
+    "rate_limited": "the model service is rate limited",
+}
+
+
+def _llm_failure(fault: str, request_id: str) -> str:
+    """The fixed message an end user gets for ``llm_error``: the class of fault, and where
+    the operator finds the rest."""
+    what = _LLM_FAULT.get(fault, "the model service is misconfigured")
+    later = " Try again later." if fault in TRANSIENT_LLM_FAULTS else ""
+    return (f"No answer: {what} ({fault.replace('_', ' ')}).{later} The operator can see the "
+            f"details in the audit log of request {request_id}.")  # fmt: skip
 
 
 def _abstention(reason: str) -> str:

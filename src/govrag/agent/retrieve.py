@@ -205,10 +205,12 @@ class GovernedSearch:
         principal: Principal,
         session: Session,
         proposal: Proposal,
-        request: SearchRequest,
+        request: SearchRequest | Callable[[], SearchRequest],
         request_id: str,
     ) -> tuple[CorpusDecision, ContextPack | None]:
-        """One PEP-gated retrieve of ``proposal.corpus`` on the session's pinned route."""
+        """One PEP-gated retrieve of ``proposal.corpus`` on the session's pinned route;
+        ``request`` may be made only after the ALLOW (see
+        :meth:`~govrag.policy.pep.PolicyEnforcementPoint.retrieve`)."""
         route = self.route_of(session)
         enforced = self.pep.retrieve(
             principal,

@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from govrag.agent.llm import LlmClient, LlmReply, Message
 from govrag.agent.retrieve import CorpusDecision, GovernedSearch
+from govrag.audit.trail import recorded
+from govrag.errors import LlmError
 from govrag.policy.pep import Proposal
 from govrag.routes.models import Route
 from govrag.routes.session import Session
@@ -45,6 +48,11 @@ def payload_hash(messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -
     return hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def _since(started: float) -> int:
+    """Milliseconds since ``started`` (a ``perf_counter`` reading)."""
+    return round((time.perf_counter() - started) * 1000)
+
+
 @dataclass
 class Retrieved:
     """The outcome of one proposed retrieve, as the model may learn it."""
@@ -64,6 +72,8 @@ class Draft:
 
     text: str
     evidence: tuple[tuple[str, PackChunk], ...]
+    #: The model stopped at the output limit: the text may be cut off mid-answer.
+    truncated: bool = False
 
 
 @dataclass
@@ -109,28 +119,58 @@ class Run:
         return self.steps < self.max_steps
 
     def call_model(
-        self, messages: Sequence[Message], tools: Sequence[dict[str, Any]], *, stage: str
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[dict[str, Any]],
+        *,
+        stage: str,
+        max_tokens: int | None = None,
+        stop: Sequence[str] = (),
     ) -> LlmReply:
-        """One LLM call; its payload hash is committed before the call is made."""
+        """One LLM call; its payload hash is committed before the call is made, and its
+        outcome (``llm_result``: finish reason, token usage, latency, reply hash, or the
+        fault class and the operator's message) after it, success or not."""
         self.steps += 1
+        step = self.steps
         self.record(
             "llm_call",
             {
                 "payload_hash": payload_hash(messages, tools),
                 "model": self.llm.name,
                 "stage": stage,
-                "step": self.steps,
+                "step": step,
                 "tools": [t["name"] for t in tools],
             },
         )
-        return self.llm.complete(messages, tools).screened()
+        started = time.perf_counter()
+        try:
+            reply = self.llm.complete(messages, tools, max_tokens=max_tokens, stop=stop).screened()
+        except LlmError as exc:
+            self.record("llm_result", {"stage": stage, "step": step, "status": "error",
+                                       "fault": exc.fault, "error": recorded(str(exc)),
+                                       "latency_ms": _since(started)})  # fmt: skip
+            raise
+        self.record(
+            "llm_result",
+            {
+                "stage": stage,
+                "step": step,
+                "status": "ok",
+                "finish_reason": reply.finish_reason,
+                "prompt_tokens": reply.prompt_tokens,
+                "completion_tokens": reply.completion_tokens,
+                "latency_ms": _since(started),
+                "reply_hash": reply.digest(),
+                "tool_calls": len(reply.tool_calls),
+            },
+        )
+        return reply
 
-    def drafted(self, text: str, evidence: Sequence[tuple[str, PackChunk]]) -> str:
-        """Keep ``text`` (a non-empty model reply) as the draft answer, with the validated
-        ``evidence`` handed to the call that wrote it; returns ``text``."""
-        if text:
-            self.draft = Draft(text, tuple(evidence))
-        return text
+    def drafted(self, reply: LlmReply, evidence: Sequence[tuple[str, PackChunk]]) -> str:
+        """Keep ``reply`` (a model reply with no tool calls) as the draft answer, with the
+        validated ``evidence`` handed to the call that wrote it; returns its text."""
+        self.draft = Draft(reply.text, tuple(evidence), truncated=reply.truncated)
+        return reply.text
 
     def handed(self, reply: str) -> tuple[tuple[str, PackChunk], ...]:
         """The evidence handed to the call that wrote ``reply``; none for any other text."""
@@ -139,20 +179,28 @@ class Run:
         return ()
 
     # -- retrieval ---------------------------------------------------------------------------
-    def retrieve(self, proposals: Sequence[Proposal]) -> list[Retrieved]:
+    def retrieve(
+        self, proposals: Sequence[Proposal], *, query_of: Callable[[], str] | None = None
+    ) -> list[Retrieved]:
         """PEP-gate each proposal, then validate the ALLOWed packs together; only a passing
-        validation turns them into evidence."""
+        validation turns them into evidence. ``query_of`` makes the search query only after
+        the ALLOW (a workflow's query formulation: a denied stage costs no model call)."""
         request = SearchRequest(query=self.question, strategy=self.strategy, top_k=self.top_k)
         done: list[tuple[Proposal, CorpusDecision, ContextPack | None]] = []
         for proposal in proposals:
-            query = proposal.query.strip() or self.question
             # A corpus the model or a workflow stage names is a named source; prefetch takes
             # the route's scope and names none (only then may the write-back overlay join).
             named = None if proposal.tool == PREFETCH else (proposal.corpus,)
-            one = request.model_copy(update={"query": query[:4096], "corpora": named})
+            one = request.model_copy(update={"corpora": named})
+
+            def made(one: SearchRequest = one, proposal: Proposal = proposal) -> SearchRequest:
+                query = (query_of() if query_of else proposal.query).strip() or self.question
+                return one.model_copy(update={"query": query[:4096]})
+
             decision, pack = self.governed.retrieve(
-                self.principal, self.session, proposal, one, self.request_id
-            )
+                self.principal, self.session, proposal, made if query_of else made(),
+                self.request_id,
+            )  # fmt: skip
             self.decisions.append(decision)
             done.append((proposal, decision, pack))
         packs = [p for _, _, p in done if p is not None]
@@ -210,10 +258,14 @@ class Run:
         return out
 
 
-def denied_or(run: Run, fallback: str) -> str:
-    """``denied`` when every retrieve of the request was refused, else ``fallback``."""
+def denied_or(run: Run, fallback: str, *, by_model: bool = False) -> str:
+    """Why a request found no evidence: ``denied`` when every retrieve was refused by policy;
+    ``model_out_of_scope`` when the model (``by_model``) proposed only corpora outside the
+    pinned route, which says nothing of the caller's rights; else ``fallback``."""
     retrieves = [d for d in run.decisions if d.kind == "retrieve"]
     if retrieves and all(d.verdict != "ALLOW" for d in retrieves):
+        if by_model and all(d.reason == "out_of_scope" for d in retrieves):
+            return "model_out_of_scope"
         return "denied"
     return fallback
 

@@ -17,6 +17,7 @@ There is no prefetch: a tool route searches only where a stage names it.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 from govrag.agent import prompts
@@ -50,19 +51,23 @@ def run_workflow(
             answer = orch.synthesize(run, text)
         elif tool is not None and tool.kind == "retrieve":
             corpus = stage.corpus or tool.corpus
-            query = run.question
-            if stage.llm_role == "query_formulation":
-                query = _formulate(run, stage, corpus)
             if corpus is None:
                 note["skipped"] = "no corpus bound to the stage or its tool"
             else:
+                # The PEP decides the stage's corpus first; only an ALLOW asks the model to
+                # formulate the query (a denied stage costs no model call).
+                formulated: list[str] = []
+                ask_model = stage.llm_role == "query_formulation"
+                query_of = partial(_formulate, orch, run, stage, corpus, formulated)
                 (outcome,) = run.retrieve(
-                    [Proposal(tool=tool.name, action=tool.pdp_action, corpus=corpus, query=query)]
-                )
+                    [Proposal(tool=tool.name, action=tool.pdp_action, corpus=corpus,
+                              query=run.question)],
+                    query_of=query_of if ask_model else None,
+                )  # fmt: skip
                 note.update(
                     {
                         "corpus": corpus,
-                        "query": query,
+                        "query": formulated[-1] if formulated else run.question,
                         "verdict": outcome.decision.verdict,
                         "pack": outcome.pack.context_pack_id if outcome.pack else None,
                         "refused": outcome.refused,
@@ -85,7 +90,10 @@ def run_workflow(
     return answer, None
 
 
-def _formulate(run: Run, stage: Stage, corpus: str | None) -> str:
+def _formulate(
+    orch: Orchestrator, run: Run, stage: Stage, corpus: str, formulated: list[str]
+) -> str:
+    """The query the model writes for ``stage`` (also appended to ``formulated``)."""
     messages: list[Message] = [
         {
             "role": "system",
@@ -93,7 +101,10 @@ def _formulate(run: Run, stage: Stage, corpus: str | None) -> str:
         },
         {"role": "user", "content": prompts.caller_message(run.question)},
     ]
-    reply = run.call_model(messages, [], stage=stage.id)
+    # A query is one short line: the reply is capped and stops at the first line break.
+    reply = run.call_model(messages, [], stage=stage.id,
+                           max_tokens=orch.limits.query_max_tokens, stop=("\n",))  # fmt: skip
     # The model writes the query only: its first line, bounded; never a corpus or a tool.
-    query = (reply.text.strip().splitlines() or [""])[0][:512]
-    return query or run.question
+    query = (reply.text.strip().splitlines() or [""])[0][:512] or run.question
+    formulated.append(query)
+    return query

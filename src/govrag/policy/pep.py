@@ -120,7 +120,7 @@ class PolicyEnforcementPoint:
         principal: Principal,
         retrieval: Retrieval,
         proposal: Proposal,
-        request: SearchRequest,
+        request: SearchRequest | Callable[[], SearchRequest],
         *,
         route_id: str,
         request_id: str,
@@ -130,7 +130,11 @@ class PolicyEnforcementPoint:
         """:meth:`enforce` with the gateway's pipeline for ``proposal.corpus`` downstream,
         then the hidden-item marker's gate (audited, within the caller's budget) and the
         pack's audit record (``context_pack``). A pack that cannot be recorded is not
-        delivered: the result is DENY ``policy_error``, as for the decision itself."""
+        delivered: the result is DENY ``policy_error``, as for the decision itself.
+
+        ``request`` may be a function that makes it: it is called only after a committed
+        ALLOW, so work that serves only the search (a workflow's model call formulating the
+        query) is never spent on a corpus the caller may not search."""
         gateway = self.gateway
         if gateway is None:
             raise GovragError("this PolicyEnforcementPoint has no gateway to forward to")
@@ -144,7 +148,7 @@ class PolicyEnforcementPoint:
             lambda decision: gateway.retrieve(
                 principal,
                 corpus,
-                request,
+                request if isinstance(request, SearchRequest) else request(),
                 policy_version=decision.policy_version,
                 session_id=session_id,
             ),

@@ -35,11 +35,35 @@ def offered_tools(
     return tools
 
 
-def tool_schemas(tools: Sequence[Tool]) -> list[dict[str, Any]]:
-    """The tools array of an LLM request: name, description and parameters only."""
+def tool_schemas(tools: Sequence[Tool], *, scope: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """The tools array of an LLM request: name, description and parameters only.
+
+    With the pinned route's ``scope``, a retrieve tool not bound to a corpus offers exactly
+    those corpora as the ``enum`` of its ``corpus`` argument, so a model has names to choose
+    from instead of inventing one (the scope only: never the caller's entitlements, which the
+    model must not learn). A proposal outside it is still decided by the PEP (DENY
+    ``out_of_scope``), so the enum is guidance, not the control."""
     return [
-        {"name": t.name, "description": t.description, "parameters": t.parameters} for t in tools
+        {
+            "name": t.name,
+            "description": t.description,
+            "parameters": _scoped(t, scope) if scope else t.parameters,
+        }
+        for t in tools
     ]
+
+
+def _scoped(tool: Tool, scope: Sequence[str]) -> dict[str, Any]:
+    properties = tool.parameters.get("properties")
+    if not isinstance(properties, dict):
+        return tool.parameters
+    corpus = properties.get("corpus")
+    if tool.kind != "retrieve" or tool.corpus is not None or not isinstance(corpus, dict):
+        return tool.parameters
+    named = corpus.get("enum")  # a manifest's own list narrows the scope further
+    offered = [c for c in scope if not isinstance(named, list) or c in named]
+    return {**tool.parameters,
+            "properties": {**properties, "corpus": {**corpus, "enum": offered}}}  # fmt: skip
 
 
 def llm_payload(messages: Sequence[dict[str, str]], tools: Sequence[Tool]) -> dict[str, Any]:
