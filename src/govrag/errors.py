@@ -124,6 +124,9 @@ LlmFault = Literal[
     "timeout", "overloaded", "rate_limited",
 ]  # fmt: skip
 TRANSIENT_LLM_FAULTS: frozenset[str] = frozenset({"timeout", "overloaded", "rate_limited"})
+#: ``govrag ask``'s exit code when the model failed for a transient reason (sysexits'
+#: EX_TEMPFAIL: try again later); a configuration fault exits with ``LlmError.exit_code``.
+LLM_TRANSIENT_EXIT = 75
 
 
 class LlmError(GovragError):

@@ -363,8 +363,8 @@ def test_the_adapter_adds_nothing_about_the_caller_or_the_policy(text_server: Se
     with client(text_server) as llm:
         llm.complete(messages, leaky_tools)
     body = text_server.body
-    protocol = {"model", "messages", "temperature", "max_tokens", "tools", "tool_choice", "type", "function",
-                "gpt-4o-mini", "auto"}  # fmt: skip
+    protocol = {"model", "messages", "temperature", "max_tokens", "tools", "tool_choice", "type",
+                "function", "gpt-4o-mini", "auto"}  # fmt: skip
     allowed = protocol | set(keys_and_strings(messages)) | set(keys_and_strings(SCHEMAS))
     assert set(keys_and_strings(body)) <= allowed
     assert [t["function"] for t in body["tools"]] == SCHEMAS

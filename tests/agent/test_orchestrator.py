@@ -97,8 +97,8 @@ RECORDS = [
 ]  # fmt: skip
 
 
-@pytest.fixture
-def make_dep(tmp_path: Path) -> Iterator[Callable[..., Deployment]]:
+def deployments(tmp_path: Path) -> Iterator[Callable[..., Deployment]]:
+    """A factory of deployments over one directory (routes, manifests, records loaded)."""
     root = tmp_path / "dep"
     for sub, items in (("routes", {"routes": ROUTES}), ("workflows", {w["workflow_id"]: w
                        for w in WORKFLOWS}), ("manifests", {"retrieval": RETRIEVAL_MANIFEST,
@@ -122,6 +122,11 @@ def make_dep(tmp_path: Path) -> Iterator[Callable[..., Deployment]]:
     yield factory
     for dep in opened:
         dep.close()
+
+
+@pytest.fixture
+def make_dep(tmp_path: Path) -> Iterator[Callable[..., Deployment]]:
+    yield from deployments(tmp_path)
 
 
 @pytest.fixture

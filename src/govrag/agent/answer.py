@@ -54,6 +54,9 @@ class Answer:
     #: (``claims`` says which and why); what is delivered is the supported rest.
     flagged: bool = False
     trace: dict[str, Any] = field(default_factory=dict)
+    #: For ``llm_error``: the operator's message (URL, setting to fix, the server's words).
+    #: Never part of :meth:`as_dict`: edges show it to operators (stderr, logs), not callers.
+    llm_detail: str | None = field(default=None, repr=False)
 
     @property
     def llm_fault(self) -> str | None:

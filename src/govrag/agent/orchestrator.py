@@ -40,6 +40,7 @@ import json
 import logging
 import secrets
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Any, Literal
 
@@ -158,6 +159,7 @@ class Orchestrator:
             pattern = "0" if mode == "deterministic_prefetch" else "1"
         run.trace.update({"pattern": pattern, "mode": mode, "llm": self.llm.name})
         where["stage"] = f"pattern {pattern}"
+        detail: str | None = None
         try:
             if not grounded:
                 reply, reason = self._ungrounded(run, text, mode == "none"), None
@@ -175,8 +177,10 @@ class Orchestrator:
             log.error("request %s: the model failed (%s): %s", request_id, exc.fault, exc)
             run.trace["llm_fault"] = exc.fault
             reply, reason = _llm_failure(exc.fault, request_id), "llm_error"
+            detail = str(exc)
         where["stage"] = "delivery"
-        return self._deliver(run, pattern, reply, reason, grounded)
+        answer = self._deliver(run, pattern, reply, reason, grounded)
+        return replace(answer, llm_detail=detail) if detail else answer
 
     # -- patterns ----------------------------------------------------------------------------
     def _ungrounded(self, run: Run, text: str | None, no_retrieval: bool) -> str:

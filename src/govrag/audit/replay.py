@@ -37,7 +37,9 @@ class Replay:
     #: memory, its ``writeback.*`` metadata), the chunks no source checked, and whether
     #: validation passed.
     model_saw: list[dict[str, Any]]
-    #: The LLM calls (payload hashes): what was sent, never the text itself.
+    #: The LLM calls (payload hashes): what was sent, never the text itself, and each call's
+    #: outcome (``result``: status, finish reason, token usage, latency, reply hash, or the
+    #: fault class and message; ``None`` when the request ended before the call returned).
     llm_calls: list[dict[str, Any]]
     #: What was delivered: cited documents and the answer's hash (or the abstention); cited
     #: session memory under ``cited_memory`` with its ``writeback.*`` metadata.
@@ -115,10 +117,7 @@ def replay(log: AuditReader, tenant: str, request_id: str) -> Replay:
         decisions=[{k: v for k, v in d.items() if k != "seq"} for d in decisions],
         verdict_before_search=before,
         model_saw=model_saw,
-        llm_calls=[
-            _pick(e.payload, "stage", "model", "payload_hash", "tools")
-            for e in by_kind.get("llm_call", [])
-        ],
+        llm_calls=_llm_calls(by_kind.get("llm_call", []), by_kind.get("llm_result", [])),
         delivered=_delivered(response[-1].payload, memory) if response else None,
         chain_ok=log.verify_audit(tenant).ok,
         # A refused attempt to change a pinned session is how such a request ended.
@@ -126,6 +125,18 @@ def replay(log: AuditReader, tenant: str, request_id: str) -> Replay:
         + [{"kind": "pin_violation", **e.payload} for e in by_kind.get("pin_violation", [])],
         error=errors[-1].payload if (errors := by_kind.get("error")) else None,
     )
+
+
+def _llm_calls(calls: list[AuditEvent], results: list[AuditEvent]) -> list[dict[str, Any]]:
+    """Each model call with its outcome, matched by step (the call's number in the request)."""
+    outcome = {e.payload.get("step"): e.payload for e in results}
+    return [
+        {**_pick(e.payload, "stage", "step", "model", "payload_hash", "tools"),
+         "result": _pick(r, "status", "fault", "error", "finish_reason", "prompt_tokens",
+                         "completion_tokens", "latency_ms", "reply_hash", "tool_calls")
+         if (r := outcome.get(e.payload.get("step"))) is not None else None}
+        for e in calls
+    ]  # fmt: skip
 
 
 def _chunk(source: dict[str, Any]) -> dict[str, Any]:
