@@ -294,7 +294,13 @@ def test_a_failed_model_gives_the_caller_a_fixed_message_and_the_log_the_detail(
                                      lambda r: httpx.Response(status, json=body))))  # fmt: skip
     answer = ask(dep, "officer-123", QUESTION, route_id="qa")
     assert answer.abstained and answer.reason == "llm_error" and answer.llm_fault == fault
-    for internal in ("10.1.2.3", "llm.base_url", "GOVRAG_", f"HTTP {status}", "validation"):
+    for internal in (
+        "10.1.2.3",
+        "llm.base_url",
+        "GOVRAG_",
+        f"HTTP {status}",
+        body["error"]["message"],
+    ):
         assert internal not in answer.answer and internal not in json.dumps(answer.as_dict())
     assert answer.request_id in answer.answer and f"({fault.replace('_', ' ')})" in answer.answer
     assert ("Try again later" in answer.answer) == transient
