@@ -425,7 +425,13 @@ RETRIEVAL_MANIFEST: dict[str, Any] = {
                 "type": "object",
                 "properties": {
                     "corpus": {"type": "string", "description": "A corpus id from list_corpora"},
-                    "query": {"type": "string", "description": "What to look for"},
+                    # Bounded: servers that constrain tool arguments by their schema (llama.cpp)
+                    # then cannot generate a runaway query.
+                    "query": {
+                        "type": "string",
+                        "maxLength": 256,
+                        "description": "What to look for",
+                    },
                 },
                 "required": ["corpus", "query"],
                 "additionalProperties": False,
@@ -446,7 +452,7 @@ RETRIEVAL_MANIFEST: dict[str, Any] = {
             "description": "Title, source and dates of one document.",
             "parameters": {
                 "type": "object",
-                "properties": {"doc_id": {"type": "string"}},
+                "properties": {"doc_id": {"type": "string", "maxLength": 256}},
                 "required": ["doc_id"],
                 "additionalProperties": False,
             },

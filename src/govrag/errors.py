@@ -120,7 +120,7 @@ class StoreError(GovragError):
 #: model name, the request govrag built, the context size): retrying cannot help, so ``ask``
 #: exits with :attr:`LlmError.exit_code`. The rest are transient (:data:`TRANSIENT_LLM_FAULTS`).
 LlmFault = Literal[
-    "connection", "auth", "not_found", "rejected", "context_overflow", "protocol",
+    "connection", "auth", "not_found", "rejected", "context_overflow", "protocol", "quota",
     "timeout", "overloaded", "rate_limited",
 ]  # fmt: skip
 TRANSIENT_LLM_FAULTS: frozenset[str] = frozenset({"timeout", "overloaded", "rate_limited"})

@@ -275,8 +275,11 @@ class LlmSettings(_Section):
     @field_validator("base_url")
     @classmethod
     def _http(cls, value: str) -> str:
+        value = value.strip()  # an env file's trailing newline is not part of the URL
         if not value.startswith(("http://", "https://")):
             raise ValueError(f"base_url {value!r} is not an http(s) URL")
+        if any(c.isspace() or not c.isprintable() for c in value):
+            raise ValueError(f"base_url {value!r} holds whitespace or a control character")
         return value.rstrip("/")
 
 

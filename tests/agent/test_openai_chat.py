@@ -547,3 +547,23 @@ def test_without_httpx_the_import_names_the_extra(monkeypatch: pytest.MonkeyPatc
     assert info.value.extra == "http"
     assert "The 'openai' LLM provider" in str(info.value)
     assert "pip install 'govrag[http]'" in str(info.value)
+
+
+def test_a_compressed_reply_is_read_once_decoded() -> None:
+    """The reply is read in chunks (to bound the whole call by ``timeout_s``) and rebuilt:
+    a gzip body must be decoded exactly once."""
+    import gzip
+
+    reply = {"choices": [{"message": {"role": "assistant", "content": "Hello."},
+                          "finish_reason": "stop"}]}  # fmt: skip
+    body = gzip.compress(json.dumps(reply).encode())
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            200,
+            content=body,
+            headers={"content-encoding": "gzip", "content-type": "application/json"},
+        )
+
+    with OpenAIChatClient(BASE_URL, "m", transport=httpx.MockTransport(handler)) as llm:
+        assert llm.complete(QUESTION, []).text == "Hello."

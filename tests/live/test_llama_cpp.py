@@ -163,9 +163,14 @@ def live(llama_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     (root / "workflows" / "staged_v1.json").write_text(json.dumps(STAGED_WORKFLOW))
     recorder = Recorder(llama_server)
     proxy, url = recorder.serve()
+    # Sized for a 4,096-token server context (README, "Using a real model"): at most four
+    # packs of 600 tokens reach one loop, beside ~1,000 of instructions and tool schemas
+    # and a 256-token reply.
     dep = Deployment.load(root, llm={"provider": "openai", "base_url": url, "model": "smollm2",
                                      "max_tokens": 256, "timeout_s": 300,
-                                     "max_steps": MAX_STEPS})  # fmt: skip
+                                     "max_steps": MAX_STEPS, "max_tool_calls_per_reply": 2,
+                                     "max_tool_calls": 4},
+                          gateway={"token_budget": 600})  # fmt: skip
     bundled = resources.files("govrag") / "data" / "bank-eu"
     with resources.as_file(bundled / "corpus.jsonl") as path:
         ingest_jsonl(dep.store, path, demo.TENANT, settings=dep.settings.ingest,
@@ -217,7 +222,14 @@ def test_every_route_and_pattern_against_llama_cpp(live: tuple[Deployment, Recor
         assert shown.delivered is not None, where
         row = figures.setdefault(f"pattern {answer.pattern}", {
             "requests": 0, "model_calls": 0, "prompt_tokens": 0, "completion_tokens": 0,
-            "seconds": 0.0, "reasons": {}})  # fmt: skip
+            "seconds": 0.0, "reasons": {}, "proposals": {}, "decisions": {}})  # fmt: skip
+        for e in events:  # what the model asked for, and what the PEP said
+            if e.kind == "proposal":
+                what = f"{e.payload['tool']} {'ok' if e.payload['accepted'] else 'refused'}"
+                row["proposals"][what] = row["proposals"].get(what, 0) + 1
+            elif e.kind == "pep_decision":
+                what = f"{e.payload['tool']} {e.payload['verdict']} {e.payload['reason']}"
+                row["decisions"][what] = row["decisions"].get(what, 0) + 1
         row["requests"] += 1
         row["model_calls"] += len(results)
         row["prompt_tokens"] += sum(r["prompt_tokens"] or 0 for r in results)

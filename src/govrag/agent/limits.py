@@ -35,7 +35,9 @@ class RequestLimits:
     max_tool_calls: int = 24
     max_question_chars: int = 4000
     max_text_chars: int = 200_000
-    #: Most tokens of a workflow's query-formulation reply (``[llm] query_max_tokens``).
+    #: Most tokens of any model reply (``[llm] max_tokens``), and of a workflow's
+    #: query-formulation reply (``[llm] query_max_tokens``).
+    max_tokens: int = 1024
     query_max_tokens: int = 64
 
     @classmethod
@@ -46,6 +48,7 @@ class RequestLimits:
             max_tool_calls=llm.max_tool_calls,
             max_question_chars=llm.max_question_chars,
             max_text_chars=llm.max_text_chars,
+            max_tokens=llm.max_tokens,
             query_max_tokens=llm.query_max_tokens,
         )
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import time
 from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -54,7 +55,10 @@ SNIPPET_CHARS = 1000
 #: Ollama, OpenAI), lower-cased.
 _CONTEXT_OVERFLOW = ("context length", "context size", "context window", "maximum context",
                      "context_length_exceeded", "exceeds the available context", "n_ctx",
-                     "too many tokens", "prompt is too long", "requested tokens")  # fmt: skip
+                     "too many tokens", "prompt is too long", "requested tokens",
+                     "max_new_tokens", "input token count", "maximum number of tokens")  # fmt: skip
+#: What a quota (not a rate) limit says: no retry helps until the account is fixed.
+_QUOTA = ("insufficient_quota", "exceeded your current quota", "quota exceeded", "billing")
 #: What a request-validation error looks like in a body (FastAPI/pydantic servers answer some
 #: with HTTP 500): the request govrag built was refused, and a retry cannot help.
 _VALIDATION = ("validation error", "field required", "input should be", "unprocessable",
@@ -90,10 +94,15 @@ class OpenAIChatClient:
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.api_key_env = api_key_env
-        self._api_key = api_key or None
+        # A key read from a CRLF env file ends in "\r": whitespace around it is never part
+        # of it. One that still holds a control or non-ASCII character cannot be a header
+        # value; it is refused (fault ``auth``) before anything is sent, never echoed.
+        key = (api_key or "").strip()
+        self._api_key = key or None
+        self._bad_key = bool(key) and not all(" " < c < "\x7f" for c in key)
         self._ids = itertools.count(1)
         headers = {"Accept": "application/json", "Content-Type": "application/json"}
-        if self._api_key:
+        if self._api_key and not self._bad_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
         self._client = httpx.Client(
             headers=headers, timeout=httpx.Timeout(timeout_s), transport=transport
@@ -143,6 +152,12 @@ class OpenAIChatClient:
         max_tokens: int | None = None,
         stop: Sequence[str] = (),
     ) -> LlmReply:
+        if self._bad_key:
+            where = f"the environment variable {self.api_key_env}" if self.api_key_env else "it"
+            raise LlmError(
+                f"the API key for the LLM at {self.url} holds a control or non-ASCII character "
+                f"and was not sent; put the key alone in {where}", fault="auth",
+            )  # fmt: skip
         body = self.request_body(messages, tools, max_tokens=max_tokens, stop=stop)
         try:
             content = json.dumps(body, ensure_ascii=False).encode("utf-8")
@@ -152,7 +167,7 @@ class OpenAIChatClient:
                 "tool schemas must hold only JSON values", fault="rejected",
             ) from exc  # fmt: skip
         try:
-            response = self._client.post(self.url, content=content)
+            response = self._post(content)
         except httpx.TimeoutException as exc:
             raise LlmError(
                 f"the LLM at {self.url} timed out after {self.timeout_s:g}s "
@@ -167,14 +182,32 @@ class OpenAIChatClient:
                 f"{self._scrub(str(exc))}); check llm.base_url (GOVRAG_LLM__BASE_URL) and that "
                 "the server is running", fault="connection",
             ) from exc  # fmt: skip
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise LlmError(
-                f"the request to the LLM at {self.url} failed ({type(exc).__name__}: "
-                f"{self._scrub(str(exc))})", fault="connection",
+                f"the request to the LLM at {self.url!r} failed ({type(exc).__name__}: "
+                f"{self._scrub(str(exc))}); check llm.base_url (GOVRAG_LLM__BASE_URL)",
+                fault="connection",
             ) from exc  # fmt: skip
         if response.status_code != 200:
             raise self._status_error(response)
         return self._parse(response)
+
+    def _post(self, content: bytes) -> httpx.Response:
+        """POST the body and read the whole reply within ``timeout_s`` in all: httpx's own
+        timeout restarts with every byte, so a server dripping bytes would hold the call
+        past any read timeout."""
+        deadline = time.monotonic() + self.timeout_s
+        with self._client.stream("POST", self.url, content=content) as streamed:
+            chunks = []
+            for chunk in streamed.iter_bytes():  # decoded (gzip...) as it arrives
+                chunks.append(chunk)
+                if time.monotonic() > deadline:
+                    raise httpx.ReadTimeout("the reply did not complete in time")
+            # The body is decoded already: the rebuilt response must not decode it again.
+            headers = [(k, v) for k, v in streamed.headers.multi_items()
+                       if k.lower() not in ("content-encoding", "content-length")]  # fmt: skip
+            return httpx.Response(streamed.status_code, headers=headers,
+                                  content=b"".join(chunks), request=streamed.request)  # fmt: skip
 
     def request_body(
         self,
@@ -207,8 +240,14 @@ class OpenAIChatClient:
     # -- faults ---------------------------------------------------------------------------
 
     def _scrub(self, text: str) -> str:
-        """``text`` without the API key (servers echo it in some error bodies)."""
-        return text.replace(self._api_key, _REDACTED) if self._api_key else text
+        """``text`` without the API key, as written or escaped (servers echo it in some error
+        bodies, and header errors quote it escaped)."""
+        if not self._api_key:
+            return text
+        for form in {self._api_key, repr(self._api_key)[1:-1],
+                     self._api_key.encode("unicode_escape").decode("ascii")}:  # fmt: skip
+            text = text.replace(form, _REDACTED)
+        return text
 
     def _snippet(self, response: httpx.Response) -> str:
         try:
@@ -221,12 +260,23 @@ class OpenAIChatClient:
         return text or "(empty body)"
 
     def _status_error(self, response: httpx.Response) -> LlmError:
-        """The fault a non-200 answer means, classified by status *and* body: servers report
-        a refused request as 400, 422 or even 500, and a context overflow as 400 or 413."""
-        status = response.status_code
+        """The fault a non-200 answer means (:meth:`_classify`)."""
+        where = response.headers.get("location")
+        return self._classify(response.status_code, self._snippet(response), where)
+
+    def _classify(self, status: int, snippet: str, location: str | None = None) -> LlmError:
+        """The fault an HTTP status means, read with the body: servers report a refused
+        request as 400, 422 or even 500, a context overflow as 400 or 413, an exhausted quota
+        as 429; what a retry cannot fix is never called transient."""
         head = f"the LLM at {self.url} answered HTTP {status}"
-        snippet = self._snippet(response)
         said = snippet.lower()
+        if 300 <= status < 400:
+            to = f" to {self._scrub(location)[:200]}" if location else ""
+            return LlmError(
+                f"{head} (a redirect{to}, not followed): llm.base_url (GOVRAG_LLM__BASE_URL) "
+                "must be the API root itself, e.g. https (not http) and up to and including "
+                "/v1", fault="not_found",
+            )  # fmt: skip
         if status in (401, 403):
             if self.api_key_env:
                 fix = (
@@ -251,10 +301,20 @@ class OpenAIChatClient:
                 f"http://localhost:8000/v1), and llm.model ({self.model!r}) must be a model the "
                 "server serves", fault="not_found",
             )  # fmt: skip
+        if status == 408:
+            return LlmError(
+                f"{head} (the server timed out reading the request): {snippet}; retry later",
+                fault="timeout",
+            )  # fmt: skip
+        if any(p in said for p in _QUOTA):
+            return LlmError(
+                f"{head} (the account is out of quota): {snippet}; no retry helps until the "
+                "account's quota or billing is fixed", fault="quota",
+            )  # fmt: skip
         if status == 429:
             return LlmError(
-                f"{head} (rate limited or out of quota): {snippet}; retry later or raise the "
-                "account's limits", fault="rate_limited",
+                f"{head} (rate limited): {snippet}; retry later or raise the account's limits",
+                fault="rate_limited",
             )  # fmt: skip
         if status in (400, 413, 422, 500) and any(p in said for p in _CONTEXT_OVERFLOW):
             return LlmError(
@@ -263,7 +323,8 @@ class OpenAIChatClient:
                 f"larger context; llm.max_tokens ({self.max_tokens}) counts against it too",
                 fault="context_overflow",
             )  # fmt: skip
-        if 400 <= status < 500 or (status == 500 and any(p in said for p in _VALIDATION)):
+        refused = status == 500 and any(p in said for p in _VALIDATION)
+        if 400 <= status < 500 or status == 501 or refused:
             return LlmError(
                 f"{head} (the server refused the request): {snippet}; retrying will not "
                 f"help: check llm.model ({self.model!r}) and the server's message above, and "
@@ -285,7 +346,7 @@ class OpenAIChatClient:
     def _parse(self, response: httpx.Response) -> LlmReply:
         try:
             data = response.json()
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # not JSON, or nested past the parser
             raise self._protocol_error(
                 f"HTTP 200 with a body that is not JSON: {self._snippet(response)}"
             ) from exc
@@ -296,7 +357,16 @@ class OpenAIChatClient:
         message = first.get("message") if isinstance(first, dict) else None
         if not isinstance(message, dict):
             error = data.get("error")
-            detail = f" (error: {self._scrub(json.dumps(error))[:SNIPPET_CHARS]})" if error else ""
+            shown = self._scrub(json.dumps(error, ensure_ascii=False))[:SNIPPET_CHARS]
+            code = error.get("code") if isinstance(error, dict) else None
+            if isinstance(code, str) and code.isdigit():
+                code = int(code)
+            if isinstance(code, int) and not isinstance(code, bool) and 300 <= code < 600:
+                # A router (OpenRouter, LiteLLM) reports an upstream failure in a 200 body.
+                raise self._classify(code, shown)
+            if error and any(p in shown.lower() for p in _QUOTA):
+                raise self._classify(429, shown)
+            detail = f" (error: {shown})" if error else ""
             raise self._protocol_error(f"no choices[0].message in the reply{detail}")
         model = data.get("model")
         finish = first.get("finish_reason") if isinstance(first, dict) else None

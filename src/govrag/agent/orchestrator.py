@@ -39,6 +39,7 @@ import hashlib
 import json
 import logging
 import secrets
+import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
@@ -143,6 +144,7 @@ class Orchestrator:
             strategy=self.strategy,
             top_k=self.top_k,
             max_steps=self.limits.max_steps,
+            max_tokens=self.limits.max_tokens,
         )
         mode = session.retrieval.mode
         workflow = self.config.workflows.get(route.workflow_id) if route.workflow_id else None
@@ -397,7 +399,7 @@ class Orchestrator:
         flagged = False
         model_reply = reply
         truncated = run.draft is not None and run.draft.text == reply and run.draft.truncated
-        if reason is None and not reply.strip():
+        if reason is None and _blank(reply):
             # Nothing to deliver is an abstention, never an answer.
             reason = "step_limit" if run.trace.get("step_limit") else "empty_reply"
         elif reason is None and truncated:
@@ -482,6 +484,13 @@ class Orchestrator:
             flagged=flagged,
             trace=run.trace,
         )
+
+
+def _blank(text: str) -> bool:
+    """Nothing a reader could see: whitespace, control and format characters only (a
+    zero-width space, a byte-order mark, a NUL)."""
+    return all(c.isspace() or unicodedata.category(c) in ("Cc", "Cf", "Zs", "Zl", "Zp")
+               for c in text)  # fmt: skip
 
 
 def _user(question: str, text: str | None) -> str:

@@ -89,6 +89,8 @@ class Run:
     strategy: Strategy = Strategy.HYBRID
     top_k: int = 8
     max_steps: int = 6
+    #: The output limit of every model call (``[llm] max_tokens``); a call may ask for less.
+    max_tokens: int = 1024
     #: Every PEP decision of the request, in order (retrieves and other tools alike).
     decisions: list[CorpusDecision] = field(default_factory=list)
     #: Per retrieve, in order: the trace fields of seed 003 (proposal, corpus, verdict, pack).
@@ -132,6 +134,7 @@ class Run:
         fault class and the operator's message) after it, success or not."""
         self.steps += 1
         step = self.steps
+        limit = self.max_tokens if max_tokens is None else min(max_tokens, self.max_tokens)
         self.record(
             "llm_call",
             {
@@ -140,15 +143,24 @@ class Run:
                 "stage": stage,
                 "step": step,
                 "tools": [t["name"] for t in tools],
+                # What else bounds the reply (the hash covers messages and tools).
+                "max_tokens": limit,
+                "stop": list(stop),
             },
         )
         started = time.perf_counter()
         try:
-            reply = self.llm.complete(messages, tools, max_tokens=max_tokens, stop=stop).screened()
-        except LlmError as exc:
+            reply = self.llm.complete(messages, tools, max_tokens=limit, stop=stop).screened()
+        except Exception as exc:
+            # Every call gets its outcome, whatever failed; an unexpected fault's own text
+            # may hold anything, so only its type is recorded (as for the ``error`` event).
+            failure = (
+                {"fault": exc.fault, "error": recorded(str(exc))}
+                if isinstance(exc, LlmError)
+                else {"fault": "unexpected", "error": type(exc).__name__}
+            )
             self.record("llm_result", {"stage": stage, "step": step, "status": "error",
-                                       "fault": exc.fault, "error": recorded(str(exc)),
-                                       "latency_ms": _since(started)})  # fmt: skip
+                                       **failure, "latency_ms": _since(started)})  # fmt: skip
             raise
         self.record(
             "llm_result",
@@ -187,15 +199,19 @@ class Run:
         the ALLOW (a workflow's query formulation: a denied stage costs no model call)."""
         request = SearchRequest(query=self.question, strategy=self.strategy, top_k=self.top_k)
         done: list[tuple[Proposal, CorpusDecision, ContextPack | None]] = []
-        for proposal in proposals:
+        searched: dict[int, str] = {}  # proposal index -> the query made for it
+        for index, proposal in enumerate(proposals):
             # A corpus the model or a workflow stage names is a named source; prefetch takes
             # the route's scope and names none (only then may the write-back overlay join).
             named = None if proposal.tool == PREFETCH else (proposal.corpus,)
             one = request.model_copy(update={"corpora": named})
 
-            def made(one: SearchRequest = one, proposal: Proposal = proposal) -> SearchRequest:
+            def made(
+                one: SearchRequest = one, proposal: Proposal = proposal, index: int = index
+            ) -> SearchRequest:
                 query = (query_of() if query_of else proposal.query).strip() or self.question
-                return one.model_copy(update={"query": query[:4096]})
+                searched[index] = query[:4096]
+                return one.model_copy(update={"query": searched[index]})
 
             decision, pack = self.governed.retrieve(
                 self.principal, self.session, proposal, made if query_of else made(),
@@ -227,11 +243,11 @@ class Run:
             self.packs.extend(packs)
         out: list[Retrieved] = []
         packs_iter = iter(packs)
-        for proposal, decision, pack in done:
+        for index, (proposal, decision, pack) in enumerate(done):
             shown = next(packs_iter) if pack is not None else None
             self.retrievals.append({
                 "retrieve_proposal": {"tool": proposal.tool, "corpus": proposal.corpus,
-                                      "query": proposal.query},
+                                      "query": searched.get(index, proposal.query)},
                 "corpus": proposal.corpus,
                 "pep_verdict": decision.verdict,
                 "context_pack_id": shown.context_pack_id if shown else None,

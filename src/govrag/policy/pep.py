@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
@@ -141,6 +141,12 @@ class PolicyEnforcementPoint:
         corpus = proposal.corpus
         if proposal.kind != "retrieve" or corpus is None:
             raise GovragError(f"proposal of tool {proposal.tool!r} is not a corpus retrieve")
+        made: list[SearchRequest] = []
+
+        def searched() -> SearchRequest:
+            made.append(request if isinstance(request, SearchRequest) else request())
+            return made[-1]
+
         done = self.enforce(
             principal,
             retrieval,
@@ -148,7 +154,7 @@ class PolicyEnforcementPoint:
             lambda decision: gateway.retrieve(
                 principal,
                 corpus,
-                request if isinstance(request, SearchRequest) else request(),
+                searched(),
                 policy_version=decision.policy_version,
                 session_id=session_id,
             ),
@@ -163,6 +169,10 @@ class PolicyEnforcementPoint:
         hidden = self.markers.admit(principal, pack, request_id=request_id, session_id=session_id)
         if hidden != pack.hidden:
             pack = pack.model_copy(update={"hidden": hidden})
+        # The pack records the query that was searched: a factory's query (a workflow's
+        # formulated one) is known only now; the decision recorded what the PDP was asked.
+        if made and made[-1].query != proposal.query:
+            proposal = replace(proposal, query=made[-1].query)
         problem = self._record_pack(principal, pack, proposal, done, request_id, session_id)
         if problem is not None:
             failed = Decision("DENY", "policy_error", done.decision.policy_version,
