@@ -100,13 +100,22 @@ def test_recorded_arguments_and_queries_are_a_hash_and_a_prefix(make: MakeDeploy
     done = ask(dep)
     digest = hashlib.sha256(query.encode()).hexdigest()
     trail = events(dep, done.request_id)
-    proposal = next(e.payload for e in trail if e.kind == "proposal")
+    # The manifest bounds a query (maxLength): the proposal is refused, and recorded short.
+    (proposal,) = [e.payload for e in trail if e.kind == "proposal"]
+    assert not proposal["accepted"] and proposal["error"].endswith("breaks the rule maxLength 256")
+    assert proposal["arguments"]["chars"] > len(query)  # the arguments' JSON, summarised
+    assert not [e for e in trail if e.kind == "pep_decision"]
+    assert all(len(e.payload_json) < 3 * RECORD_CHARS for e in trail)
+    # A long query that is searched (the search API takes up to 4,096 characters) is
+    # recorded as its hash and a prefix in the decision and in the pack alike.
+    long = query[:4000]
+    found = dep.governed.search(dep.principal("officer"), long, corpora=("policy-engine",))
+    trail = events(dep, found.request_id)
     decision = next(e.payload for e in trail if e.kind == "pep_decision")
     pack = next(e.payload for e in trail if e.kind == "context_pack")
+    digest = hashlib.sha256(long.encode()).hexdigest()
     assert decision["query"]["sha256"] == pack["retrieve_proposal"]["query"]["sha256"] == digest
-    assert decision["query"]["chars"] == len(query)
-    assert query.startswith(decision["query"]["prefix"])
-    assert proposal["arguments"]["chars"] > len(query)  # the arguments' JSON, summarised
+    assert decision["query"]["chars"] == len(long) and long.startswith(decision["query"]["prefix"])
     assert all(len(e.payload_json) < 3 * RECORD_CHARS for e in trail)
 
 

@@ -153,7 +153,11 @@ def check_proposal(tools: Sequence[Tool], name: str, arguments: Any) -> CheckedP
     if errors:
         first = errors[0]
         where = ".".join(str(p) for p in first.path) or "(arguments)"
-        raise InputError(f"arguments of {name!r}: {where}: {first.message}")
+        # jsonschema quotes the whole value ("'...' is too long"): a long one is named by
+        # the rule it breaks instead, so the refusal stays short for the model and the log.
+        rule = f"{first.validator} {first.validator_value!r}"[:200]
+        said = first.message if len(first.message) <= 300 else f"breaks the rule {rule}"
+        raise InputError(f"arguments of {name!r}: {where}: {said}")
     corpus = arguments.get("corpus")
     if tool.corpus is not None:
         if corpus is not None and corpus != tool.corpus:
