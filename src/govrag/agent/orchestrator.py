@@ -13,7 +13,9 @@ infers the mode from the prompt or from what the model asks for (seed 003):
   then returned as the observation. Refusals are observations too: the loop goes on.
 - a workflow (Patterns 2 and 3): see :mod:`govrag.agent.workflow`.
 
-Every proposal, whatever its tool, gets its own PEP decision with the tool's ``pdp_action``,
+The steps the patterns share (the tool loop, the PEP-gated tools, synthesis) are
+:mod:`govrag.agent.steps`, used here and by the workflow runner alike. Every proposal,
+whatever its tool, gets its own PEP decision with the tool's ``pdp_action``,
 committed before the tool runs (DESIGN.md invariant 7): ``list_corpora`` one per corpus of
 the route's scope (it lists only the ALLOWed ones), ``get_document_metadata`` one on the
 document's corpus (only documents of this request's validated evidence are described), any
@@ -36,34 +38,28 @@ Unsupported sentences are removed and the answer flagged, or the answer abstains
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import secrets
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from functools import partial
 from typing import Any, Literal
 
 from govrag.agent import prompts
 from govrag.agent.answer import Answer, cited
 from govrag.agent.limits import RequestLimits
-from govrag.agent.llm import LlmClient, Message, ToolCall
+from govrag.agent.llm import LlmClient, Message
 from govrag.agent.retrieve import GovernedSearch, merged_hidden
 from govrag.agent.run import PREFETCH, Run, ToolExecutor, denied_or
-from govrag.audit.trail import recorded, safe_text
-from govrag.errors import TRANSIENT_LLM_FAULTS, InputError, LlmError
+from govrag.agent.steps import Catalog, Steps
+from govrag.agent.workflow import run_workflow
+from govrag.errors import TRANSIENT_LLM_FAULTS, LlmError
 from govrag.policy.pep import Proposal
-from govrag.routes.models import Tool
-from govrag.routes.payload import check_proposal, offered_tools, tool_schemas
 from govrag.routes.session import Session
-from govrag.types import ChunkOrigin, PackChunk, Principal, Strategy
+from govrag.types import ChunkOrigin, Principal, Strategy
 from govrag.validation import AuditSink, ClaimReport, check_claims, remove_unsupported
 
 log = logging.getLogger("govrag.agent")
-
-#: ``tenant -> [(corpus id, description)]``: what ``list_corpora`` may describe.
-Catalog = Callable[[str], list[tuple[str, str]]]
 
 
 class Orchestrator:
@@ -88,7 +84,6 @@ class Orchestrator:
         self.governed = governed
         self.llm = llm
         self.audit = audit
-        self.catalog = catalog
         self.is_empty = is_empty
         self.record_access = record_access
         self.executors = dict(executors or {})
@@ -97,6 +92,19 @@ class Orchestrator:
         self.limits = limits or RequestLimits()
         self.claim_min_overlap = claim_min_overlap
         self.unsupported_claims = unsupported_claims
+        #: The steps every pattern is made of (shared with the workflow runner).
+        self.steps = Steps(governed, catalog=catalog, executors=self.executors,
+                           limits=self.limits)  # fmt: skip
+
+    @property
+    def catalog(self) -> Catalog:
+        """What ``list_corpora`` may describe (the steps' own: replacing it here replaces it
+        there)."""
+        return self.steps.catalog
+
+    @catalog.setter
+    def catalog(self, catalog: Catalog) -> None:
+        self.steps.catalog = catalog
 
     @property
     def config(self) -> Any:
@@ -166,13 +174,11 @@ class Orchestrator:
             if not grounded:
                 reply, reason = self._ungrounded(run, text, mode == "none"), None
             elif workflow is not None:
-                from govrag.agent.workflow import run_workflow
-
-                reply, reason = run_workflow(self, run, workflow, text)
+                reply, reason = run_workflow(self.steps, run, workflow, text)
             elif pattern == "0":
                 reply, reason = self._prefetch(run, text)
             else:
-                reply, reason = self._loop(run, text, self._tools(run, None))
+                reply, reason = self.steps.loop(run, text, self.steps.tools(run, None))
         except LlmError as exc:
             # The operator's message (URLs, settings, the server's words) goes to the log and
             # the audit trail (``llm_result``); the caller learns only the class of fault.
@@ -189,7 +195,7 @@ class Orchestrator:
         system = prompts.NO_RETRIEVAL if no_retrieval else prompts.UNGROUNDED
         messages: list[Message] = [
             {"role": "system", "content": system},
-            {"role": "user", "content": _user(run.question, text)},
+            {"role": "user", "content": prompts.caller_message(run.question, text)},
         ]
         # No tools: a no-retrieval route offers none, and an empty store offers no search.
         return run.drafted(run.call_model(messages, [], stage="answer"), ())
@@ -205,188 +211,7 @@ class Orchestrator:
         last = run.validations[-1] if run.validations else None
         if not run.evidence:
             return "", (last.reason if last else None) or denied_or(run, "no_evidence")
-        return self.synthesize(run, text), None
-
-    def _loop(self, run: Run, text: str | None, tools: list[Tool]) -> tuple[str, str | None]:
-        messages: list[Message] = [
-            {"role": "system", "content": prompts.TOOLS},
-            {"role": "user", "content": _user(run.question, text)},
-        ]
-        reply_text = ""
-        first = len(run.evidence)  # this loop's messages hold exactly the evidence after it
-        while run.steps_left:
-            # Once the request's tool calls are spent, nothing is offered: the model answers.
-            offered = tools if run.tool_calls < self.limits.max_tool_calls else []
-            schemas = tool_schemas(offered, scope=run.session.retrieval.scope)
-            reply = run.call_model(messages, schemas, stage="loop")
-            if not reply.tool_calls:
-                reply_text = run.drafted(reply, run.evidence[first:])
-                break
-            messages.append(
-                {
-                    # A string, never null: strict servers (llama.cpp) refuse a null content.
-                    "role": "assistant",
-                    "content": reply.text,
-                    "tool_calls": [c.as_message() for c in reply.tool_calls],
-                }
-            )
-            messages.extend(self.observe(run, tools, reply.tool_calls))
-        else:
-            run.trace["step_limit"] = True
-        if run.evidence:
-            return reply_text, None
-        return reply_text, denied_or(run, "no_evidence", by_model=True)
-
-    # -- pieces the workflow runner shares ---------------------------------------------------
-    def _tools(self, run: Run, allowlist: tuple[str, ...] | None) -> list[Tool]:
-        manifest = self.config.manifests.get(run.route.tool_manifest)
-        return offered_tools(manifest, run.session.retrieval, allowlist=allowlist)
-
-    def observe(self, run: Run, tools: list[Tool], calls: Sequence[ToolCall]) -> list[Message]:
-        """Check, decide and run the model's proposals; one tool message per call."""
-        results: list[str] = ["" for _ in calls]
-        runnable, excess = self.limits.admit(calls, run.tool_calls)
-        run.tool_calls += len(runnable)
-        retrieves: list[tuple[int, Proposal]] = []
-        for i, call in enumerate(runnable):
-            try:
-                if call.arguments is None:
-                    why = f": {call.problem}" if call.problem else ""
-                    raise InputError(f"arguments of {call.name!r} are not a JSON object{why}")
-                checked = check_proposal(tools, call.name, call.arguments)
-                corpus = checked.corpus
-                if checked.tool.kind == "metadata":
-                    corpus = self._document(run, checked.arguments).corpus
-            except InputError as exc:
-                run.record("proposal", {"tool": recorded(call.name), "accepted": False,
-                                        "error": recorded(str(exc)),
-                                        "arguments": recorded(call.raw_arguments)})  # fmt: skip
-                results[i] = prompts.refusal(error=str(exc))
-                continue
-            run.record("proposal", {"tool": call.name, "accepted": True,
-                                    "arguments": recorded(checked.arguments),
-                                    "corpus": corpus})  # fmt: skip
-            if checked.tool.kind == "retrieve" and corpus is not None:
-                retrieves.append((i, Proposal(tool=checked.tool.name, action=checked.action,
-                                              corpus=corpus, query=checked.query)))  # fmt: skip
-            else:
-                results[i] = self._run_tool(run, checked.tool, checked.arguments)
-        if excess:  # never run; one audit event, however many there were
-            error = self.limits.cap_message(run.tool_calls)
-            run.record(
-                "proposal",
-                {
-                    "tool": "*",
-                    "accepted": False,
-                    "error": error,
-                    "calls": len(excess),
-                    "arguments": recorded(sorted({c.name for c in excess})),
-                },
-            )
-            results[len(runnable) :] = [prompts.refusal(error=error)] * len(excess)
-        outcomes = run.retrieve([p for _, p in retrieves])
-        for (i, _), outcome in zip(retrieves, outcomes, strict=True):
-            if outcome.pack is None:
-                results[i] = prompts.refusal(
-                    corpus=outcome.corpus, verdict=outcome.decision.verdict, reason=outcome.refused
-                )
-            else:
-                p = outcome.pack
-                results[i] = prompts.pack_observation(p.context_pack_id, p.corpus, p.chunks)
-        return [{"role": "tool", "tool_call_id": c.id, "content": r}
-                for c, r in zip(calls, results, strict=True)]  # fmt: skip
-
-    def _run_tool(self, run: Run, tool: Tool, arguments: dict[str, Any]) -> str:
-        """A tool that does not search, PEP-gated like a retrieve: each decision is committed
-        before the tool runs, and a DENY is a refusal observation."""
-        if tool.kind == "list":
-            return self._list_corpora(run, tool)
-        if tool.kind == "metadata":
-            try:
-                chunk = self._document(run, arguments)
-            except InputError as exc:
-                return prompts.refusal(error=str(exc))
-            proposal = Proposal(tool=tool.name, action=tool.pdp_action, corpus=chunk.corpus,
-                                kind="metadata")  # fmt: skip
-            return self._gated(run, proposal, lambda: self._describe(run, chunk))
-        executor = self.executors.get(tool.name)
-
-        def execute() -> str:
-            if executor is None:
-                return prompts.refusal(error=f"tool {tool.name!r} has no executor in this runtime")
-            return executor(arguments)
-
-        other = Proposal(tool=tool.name, action=tool.pdp_action, corpus=None, kind="other")
-        return self._gated(run, other, execute)
-
-    def _gated(self, run: Run, proposal: Proposal, downstream: Callable[[], str]) -> str:
-        decision, result = self.governed.run_tool(
-            run.principal, run.session, proposal, downstream, run.request_id
-        )
-        run.decisions.append(decision)
-        if result is None:
-            return prompts.refusal(corpus=proposal.corpus, verdict=decision.verdict,
-                                   reason=decision.reason)  # fmt: skip
-        return result
-
-    def _list_corpora(self, run: Run, tool: Tool) -> str:
-        """The route's corpora the caller may list, each its own decision; a corpus the PDP
-        denies is not named at all."""
-        catalog: list[dict[str, str]] = []
-
-        def describe(corpus: str) -> str:
-            if not catalog:  # read once, and only after an ALLOW
-                catalog.append(dict(self.catalog(run.principal.tenant)))
-            return catalog[0].get(corpus, "")
-
-        listed = []
-        for corpus in run.session.retrieval.scope:
-            proposal = Proposal(tool=tool.name, action=tool.pdp_action, corpus=corpus,
-                                kind="list")  # fmt: skip
-            decision, about = self.governed.run_tool(
-                run.principal, run.session, proposal, partial(describe, corpus), run.request_id
-            )
-            run.decisions.append(decision)
-            if about is not None:
-                listed.append({"corpus": corpus, "description": about})
-        return json.dumps({"corpora": listed})
-
-    @staticmethod
-    def _document(run: Run, arguments: dict[str, Any]) -> PackChunk:
-        """The document ``get_document_metadata`` names: only documents already in this
-        request's validated evidence are described (the binding of its corpus)."""
-        doc_id = arguments.get("doc_id")
-        found = next((c for _, c in run.evidence if c.doc_id == doc_id), None)
-        if found is None:
-            shown = safe_text(str(doc_id))[:128]
-            raise InputError(
-                f"no document {shown!r} in this request's evidence; only documents a search "
-                "of this request returned are described"
-            )
-        return found
-
-    @staticmethod
-    def _describe(run: Run, chunk: PackChunk) -> str:
-        found = [(p, c) for p, c in run.evidence if c.doc_id == chunk.doc_id]
-        return json.dumps(
-            {
-                "doc_id": chunk.doc_id,
-                "corpus": chunk.corpus,
-                "source_system": chunk.source_system,
-                "context_pack_id": found[0][0],
-                "chunks": len(found),
-            }
-        )
-
-    def synthesize(self, run: Run, text: str | None) -> str:
-        """One call with no tools, answering only from the validated evidence."""
-        handed = list(run.evidence)
-        context = prompts.context_block([c for _, c in handed])
-        messages: list[Message] = [
-            {"role": "system", "content": f"{prompts.SYNTHESIS}\n\n{context}"},
-            {"role": "user", "content": _user(run.question, text)},
-        ]
-        return run.drafted(run.call_model(messages, [], stage="synthesis"), handed)
+        return self.steps.synthesize(run, text), None
 
     # -- delivery ----------------------------------------------------------------------------
     def _deliver(
@@ -491,11 +316,6 @@ def _blank(text: str) -> bool:
     zero-width space, a byte-order mark, a NUL)."""
     return all(c.isspace() or unicodedata.category(c) in ("Cc", "Cf", "Zs", "Zl", "Zp")
                for c in text)  # fmt: skip
-
-
-def _user(question: str, text: str | None) -> str:
-    """The user message of every call: the caller's parts, fenced as untrusted data."""
-    return prompts.caller_message(question, text)
 
 
 #: Most removed sentences described in one ``response`` event, and characters per string.

@@ -18,23 +18,20 @@ There is no prefetch: a tool route searches only where a stage names it.
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING
 
 from govrag.agent import prompts
 from govrag.agent.llm import Message
 from govrag.agent.run import Run, denied_or
+from govrag.agent.steps import Steps
 from govrag.policy.pep import Proposal
 from govrag.routes.models import Stage, Workflow
 
-if TYPE_CHECKING:
-    from govrag.agent.orchestrator import Orchestrator
-
 
 def run_workflow(
-    orch: Orchestrator, run: Run, workflow: Workflow, text: str | None
+    steps: Steps, run: Run, workflow: Workflow, text: str | None
 ) -> tuple[str, str | None]:
     """Run the stages; returns the synthesis text and, when it must abstain, the reason."""
-    manifest = orch.config.manifests.get(run.route.tool_manifest)
+    manifest = steps.config.manifests.get(run.route.tool_manifest)
     answer: str | None = None
     stages: list[dict[str, object]] = []
     for stage in workflow.stages:
@@ -42,13 +39,13 @@ def run_workflow(
         note: dict[str, object] = {"stage": stage.id, "llm_role": stage.llm_role}
         if stage.allowlist is not None:  # Pattern 3
             before = len(run.evidence)
-            reply, _ = orch._loop(run, text, orch._tools(run, stage.allowlist))
+            reply, _ = steps.loop(run, text, steps.tools(run, stage.allowlist))
             note["evidence"] = len(run.evidence) - before
             answer = reply or answer
         elif stage.llm_role == "synthesis":
             if not run.evidence:
                 break
-            answer = orch.synthesize(run, text)
+            answer = steps.synthesize(run, text)
         elif tool is not None and tool.kind == "retrieve":
             corpus = stage.corpus or tool.corpus
             if corpus is None:
@@ -58,7 +55,7 @@ def run_workflow(
                 # formulate the query (a denied stage costs no model call).
                 formulated: list[str] = []
                 ask_model = stage.llm_role == "query_formulation"
-                query_of = partial(_formulate, orch, run, stage, corpus, formulated)
+                query_of = partial(_formulate, steps, run, stage, corpus, formulated)
                 (outcome,) = run.retrieve(
                     [Proposal(tool=tool.name, action=tool.pdp_action, corpus=corpus,
                               query=run.question)],
@@ -74,7 +71,7 @@ def run_workflow(
                     }
                 )
         elif tool is not None:
-            note["output"] = orch._run_tool(run, tool, {"text": text or ""})[:500]
+            note["output"] = steps.run_tool(run, tool, {"text": text or ""})[:500]
         stages.append(note)
         if not run.steps_left:
             run.trace["step_limit"] = True
@@ -82,7 +79,7 @@ def run_workflow(
     run.trace["stages"] = stages
     if answer is None:
         if run.evidence and run.steps_left:  # no synthesis stage: still answer from outputs
-            answer = orch.synthesize(run, text)
+            answer = steps.synthesize(run, text)
         else:
             last = run.validations[-1] if run.validations else None
             failed = last.reason if last and not last.validation_passed else None
@@ -90,9 +87,7 @@ def run_workflow(
     return answer, None
 
 
-def _formulate(
-    orch: Orchestrator, run: Run, stage: Stage, corpus: str, formulated: list[str]
-) -> str:
+def _formulate(steps: Steps, run: Run, stage: Stage, corpus: str, formulated: list[str]) -> str:
     """The query the model writes for ``stage`` (also appended to ``formulated``)."""
     messages: list[Message] = [
         {
@@ -103,7 +98,7 @@ def _formulate(
     ]
     # A query is one short line: the reply is capped and stops at the first line break.
     reply = run.call_model(messages, [], stage=stage.id,
-                           max_tokens=orch.limits.query_max_tokens, stop=("\n",))  # fmt: skip
+                           max_tokens=steps.limits.query_max_tokens, stop=("\n",))  # fmt: skip
     # The model writes the query only: its first line, bounded; never a corpus or a tool.
     query = (reply.text.strip().splitlines() or [""])[0][:512] or run.question
     formulated.append(query)
