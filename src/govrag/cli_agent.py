@@ -188,8 +188,14 @@ def _outcome(result: dict[str, Any] | None) -> str:
         error = result.get("error")
         shown = error if isinstance(error, str) else (error or {}).get("prefix", "")
         return f"FAILED ({result.get('fault')}): {shown}"
-    tokens = f"{result.get('prompt_tokens')} in / {result.get('completion_tokens')} out tokens"
-    calls = f", {result['tool_calls']} tool call(s)" if result.get("tool_calls") else ""
-    reply = str(result.get("reply_hash"))[:16]
-    return (f"ok, finish {result.get('finish_reason')}, {tokens}{calls}, "
-            f"{result.get('latency_ms')} ms, reply {reply}...")  # fmt: skip
+    parts = ["ok"]
+    if result.get("finish_reason"):
+        parts.append(f"finish {result['finish_reason']}")
+    if result.get("prompt_tokens") is not None or result.get("completion_tokens") is not None:
+        parts.append(f"{result.get('prompt_tokens')} in / {result.get('completion_tokens')} out "
+                     "tokens")  # fmt: skip
+    if result.get("tool_calls"):
+        parts.append(f"{result['tool_calls']} tool call(s)")
+    parts.append(f"{result.get('latency_ms')} ms")
+    parts.append(f"reply {str(result.get('reply_hash'))[:16]}...")
+    return ", ".join(parts)
