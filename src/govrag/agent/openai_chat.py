@@ -18,8 +18,9 @@ instead of a string, tool calls without an ``id`` (one is generated: ``call-<n>`
 client), the legacy single ``function_call`` shape, and ``content`` as a list of text parts.
 
 Every fault raises :class:`~govrag.errors.LlmError` with its ``fault`` class (connection,
-auth, not_found, context_overflow, rejected, protocol; transient: timeout, overloaded,
-rate_limited), naming the URL, what went wrong and the setting to fix. A server's own
+auth, not_found, context_overflow, rejected, protocol, quota; transient: timeout, overloaded,
+rate_limited; an HTTP answer is classified by :func:`~govrag.agent.llm_faults.classify`),
+naming the URL, what went wrong and the setting to fix. A server's own
 explanation is quoted up to :data:`SNIPPET_CHARS` characters (the line naming the bad field is
 usually past the first 200). The API key never appears in an error message (it is scrubbed
 from quoted response bodies too), and the request body is never quoted.
@@ -39,6 +40,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from govrag.agent.llm import LlmReply, Message, ToolCall
+from govrag.agent.llm_faults import QUOTA, classify
 from govrag.errors import LlmError, MissingExtraError
 
 try:
@@ -51,19 +53,6 @@ if TYPE_CHECKING:
 
 #: The most characters of a response body quoted in an error message.
 SNIPPET_CHARS = 1000
-#: What servers say when the prompt does not fit the model's context (llama.cpp, vLLM,
-#: Ollama, OpenAI), lower-cased.
-_CONTEXT_OVERFLOW = ("context length", "context size", "context window", "maximum context",
-                     "context_length_exceeded", "exceeds the available context", "n_ctx",
-                     "too many tokens", "prompt is too long", "requested tokens",
-                     "max_new_tokens", "input token count", "maximum number of tokens")  # fmt: skip
-#: What a quota (not a rate) limit says: no retry helps until the account is fixed.
-_QUOTA = ("insufficient_quota", "exceeded your current quota", "quota exceeded", "billing")
-#: What a request-validation error looks like in a body (FastAPI/pydantic servers answer some
-#: with HTTP 500): the request govrag built was refused, and a retry cannot help.
-_VALIDATION = ("validation error", "field required", "input should be", "unprocessable",
-               "invalid request", "invalid_request_error",
-               "extra inputs are not permitted")  # fmt: skip
 _REDACTED = "[redacted]"
 #: The keys of a tool schema that reach the model (what ``tool_schemas`` produces).
 _TOOL_KEYS = ("name", "description", "parameters")
@@ -260,79 +249,15 @@ class OpenAIChatClient:
         return text or "(empty body)"
 
     def _status_error(self, response: httpx.Response) -> LlmError:
-        """The fault a non-200 answer means (:meth:`_classify`)."""
+        """The fault a non-200 answer means (:func:`~govrag.agent.llm_faults.classify`)."""
         where = response.headers.get("location")
         return self._classify(response.status_code, self._snippet(response), where)
 
     def _classify(self, status: int, snippet: str, location: str | None = None) -> LlmError:
-        """The fault an HTTP status means, read with the body: servers report a refused
-        request as 400, 422 or even 500, a context overflow as 400 or 413, an exhausted quota
-        as 429; what a retry cannot fix is never called transient."""
-        head = f"the LLM at {self.url} answered HTTP {status}"
-        said = snippet.lower()
-        if 300 <= status < 400:
-            to = f" to {self._scrub(location)[:200]}" if location else ""
-            return LlmError(
-                f"{head} (a redirect{to}, not followed): llm.base_url (GOVRAG_LLM__BASE_URL) "
-                "must be the API root itself, e.g. https (not http) and up to and including "
-                "/v1", fault="not_found",
-            )  # fmt: skip
-        if status in (401, 403):
-            if self.api_key_env:
-                fix = (
-                    f"put a valid API key in the environment variable {self.api_key_env} "
-                    "(llm.api_key_env names it)"
-                )
-            else:
-                fix = (
-                    "set llm.api_key_env (GOVRAG_LLM__API_KEY_ENV) to the environment variable "
-                    "holding a valid API key"
-                )
-            sent = "a key was sent" if self._api_key else "no key was sent"
-            return LlmError(
-                f"{head} ({'unauthorized' if status == 401 else 'forbidden'}; {sent}): "
-                f"{snippet}; {fix}, and check that the key may use model {self.model!r}",
-                fault="auth",
-            )
-        if status == 404:
-            return LlmError(
-                f"{head} (not found): {snippet}; llm.base_url (GOVRAG_LLM__BASE_URL) must be "
-                "the server's API root up to and including /v1 (e.g. "
-                f"http://localhost:8000/v1), and llm.model ({self.model!r}) must be a model the "
-                "server serves", fault="not_found",
-            )  # fmt: skip
-        if status == 408:
-            return LlmError(
-                f"{head} (the server timed out reading the request): {snippet}; retry later",
-                fault="timeout",
-            )  # fmt: skip
-        if any(p in said for p in _QUOTA):
-            return LlmError(
-                f"{head} (the account is out of quota): {snippet}; no retry helps until the "
-                "account's quota or billing is fixed", fault="quota",
-            )  # fmt: skip
-        if status == 429:
-            return LlmError(
-                f"{head} (rate limited): {snippet}; retry later or raise the account's limits",
-                fault="rate_limited",
-            )  # fmt: skip
-        if status in (400, 413, 422, 500) and any(p in said for p in _CONTEXT_OVERFLOW):
-            return LlmError(
-                f"{head} (the prompt does not fit the model's context): {snippet}; lower "
-                "[gateway] token_budget or the route's top_k, or start the server with a "
-                f"larger context; llm.max_tokens ({self.max_tokens}) counts against it too",
-                fault="context_overflow",
-            )  # fmt: skip
-        refused = status == 500 and any(p in said for p in _VALIDATION)
-        if 400 <= status < 500 or status == 501 or refused:
-            return LlmError(
-                f"{head} (the server refused the request): {snippet}; retrying will not "
-                f"help: check llm.model ({self.model!r}) and the server's message above, and "
-                "report it if it names a field govrag sent", fault="rejected",
-            )  # fmt: skip
-        return LlmError(
-            f"{head} (server error or overloaded): {snippet}; the LLM server failed, retry "
-            "later", fault="overloaded",
+        return classify(
+            status, snippet, url=self.url, model=self.model, max_tokens=self.max_tokens,
+            api_key_env=self.api_key_env, key_sent=self._api_key is not None,
+            location=self._scrub(location) if location else None,
         )  # fmt: skip
 
     def _protocol_error(self, what: str) -> LlmError:
@@ -364,7 +289,7 @@ class OpenAIChatClient:
             if isinstance(code, int) and not isinstance(code, bool) and 300 <= code < 600:
                 # A router (OpenRouter, LiteLLM) reports an upstream failure in a 200 body.
                 raise self._classify(code, shown)
-            if error and any(p in shown.lower() for p in _QUOTA):
+            if error and any(p in shown.lower() for p in QUOTA):
                 raise self._classify(429, shown)
             detail = f" (error: {shown})" if error else ""
             raise self._protocol_error(f"no choices[0].message in the reply{detail}")
