@@ -53,9 +53,8 @@ def run_workflow(
             else:
                 # The PEP decides the stage's corpus first; only an ALLOW asks the model to
                 # formulate the query (a denied stage costs no model call).
-                formulated: list[str] = []
                 ask_model = stage.llm_role == "query_formulation"
-                query_of = partial(_formulate, steps, run, stage, corpus, formulated)
+                query_of = partial(_formulate, steps, run, stage, corpus)
                 (outcome,) = run.retrieve(
                     [Proposal(tool=tool.name, action=tool.pdp_action, corpus=corpus,
                               query=run.question)],
@@ -64,7 +63,8 @@ def run_workflow(
                 note.update(
                     {
                         "corpus": corpus,
-                        "query": formulated[-1] if formulated else run.question,
+                        # What was searched (the question when the stage was denied).
+                        "query": run.retrievals[-1]["retrieve_proposal"]["query"],
                         "verdict": outcome.decision.verdict,
                         "pack": outcome.pack.context_pack_id if outcome.pack else None,
                         "refused": outcome.refused,
@@ -87,8 +87,8 @@ def run_workflow(
     return answer, None
 
 
-def _formulate(steps: Steps, run: Run, stage: Stage, corpus: str, formulated: list[str]) -> str:
-    """The query the model writes for ``stage`` (also appended to ``formulated``)."""
+def _formulate(steps: Steps, run: Run, stage: Stage, corpus: str) -> str:
+    """The query the model writes for ``stage``."""
     messages: list[Message] = [
         {
             "role": "system",
@@ -100,6 +100,4 @@ def _formulate(steps: Steps, run: Run, stage: Stage, corpus: str, formulated: li
     reply = run.call_model(messages, [], stage=stage.id,
                            max_tokens=steps.limits.query_max_tokens, stop=("\n",))  # fmt: skip
     # The model writes the query only: its first line, bounded; never a corpus or a tool.
-    query = (reply.text.strip().splitlines() or [""])[0][:512] or run.question
-    formulated.append(query)
-    return query
+    return (reply.text.strip().splitlines() or [""])[0][:512] or run.question
