@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from govrag.deployment import Deployment, load_principals, scaffold
+from govrag.deployment import Deployment, load_principals
 from govrag.errors import ConfigError, NotFoundError
+from govrag.scaffold import scaffold
 from govrag.settings import Settings, load_settings
 
 

@@ -1,10 +1,32 @@
-"""govrag: governed retrieval for agentic LLM apps."""
+"""govrag: governed retrieval for agentic LLM apps.
+
+The application API is one call away::
+
+    import govrag
+
+    with govrag.open("my-deployment") as app:
+        principal = govrag.Principal(sub="ana", email="ana@bank.example", tenant="bank",
+                                     doc_entitlements=("policy-engine:read",))
+        answer = app.ask(principal, "What is the wire limit for corporate clients?")
+
+``docs/python-api.md`` walks through every use case. What is listed in ``__all__`` is the
+public surface; everything else is an implementation detail that may change.
+
+The API and the records it returns are imported on first use (PEP 562), so ``import govrag``
+stays cheap for a caller that needs only the value types.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 from govrag.errors import (
     ConfigError,
     GovragError,
     IngestError,
     InputError,
+    LlmError,
     MissingExtraError,
     NotFoundError,
     StoreError,
@@ -20,23 +42,92 @@ from govrag.types import (
     Strategy,
 )
 
+if TYPE_CHECKING:
+    from govrag.agent.answer import Answer, Citation
+    from govrag.agent.retrieve import GovernedResult
+    from govrag.app import (
+        ConfigCheck,
+        Govrag,
+        IngestOutcome,
+        SessionInfo,
+        evaluate_beir,
+        local_principal,
+        open,
+    )
+    from govrag.audit.replay import Replay
+    from govrag.writeback.models import (
+        AdmissionGate,
+        AdmissionResult,
+        RetrievalScope,
+        WriteBackCandidate,
+    )
+
 __version__ = "0.1.0"
 
+#: Public names imported on first use, by the module that defines them.
+_LAZY = {
+    "Answer": "govrag.agent.answer",
+    "Citation": "govrag.agent.answer",
+    "GovernedResult": "govrag.agent.retrieve",
+    "ConfigCheck": "govrag.app",
+    "Govrag": "govrag.app",
+    "IngestOutcome": "govrag.app",
+    "SessionInfo": "govrag.app",
+    "evaluate_beir": "govrag.app",
+    "local_principal": "govrag.app",
+    "open": "govrag.app",
+    "Replay": "govrag.audit.replay",
+    "AdmissionGate": "govrag.writeback.models",
+    "AdmissionResult": "govrag.writeback.models",
+    "RetrievalScope": "govrag.writeback.models",
+    "WriteBackCandidate": "govrag.writeback.models",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'govrag' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
 __all__ = [
+    "AdmissionGate",
+    "AdmissionResult",
+    "Answer",
+    "Citation",
     "Classification",
+    "ConfigCheck",
     "ConfigError",
+    "GovernedResult",
+    "Govrag",
     "GovragError",
     "HiddenMarker",
     "IngestError",
+    "IngestOutcome",
     "InputError",
+    "LlmError",
     "MetadataFilter",
     "MissingExtraError",
     "NotFoundError",
     "Principal",
+    "Replay",
+    "RetrievalScope",
     "SearchHit",
     "SearchRequest",
     "SearchResult",
+    "SessionInfo",
     "StoreError",
     "Strategy",
+    "WriteBackCandidate",
     "__version__",
+    "evaluate_beir",
+    "local_principal",
+    "open",
 ]

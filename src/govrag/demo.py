@@ -1,8 +1,9 @@
-"""``govrag demo`` / ``make demo``: the bundled ``bank-eu`` deployment, asked as its people.
+"""The bundled ``bank-eu`` deployment of ``govrag demo`` / ``make demo``, asked as its people.
 
 The deployment (``govrag/data/bank-eu``: routes, manifests, the MSA workflow, principals and
 a corpus of 42 documents with ACLs in two source systems) is copied into a directory, its
-corpus ingested, and the questions of ``questions.json`` are asked through the orchestrator:
+corpus ingested, and the questions of ``questions.json`` are asked through the application
+API (the command is ``govrag/cli/demo.py``):
 
 - the seed's worked example: officer-123 asks for the EU corporate wire limit on a Pattern 1
   route; the model proposes ``retrieve_documents`` on ``policy-engine``, the PDP allows it,
@@ -17,20 +18,15 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
-from rich.console import Console
-from rich.markup import escape
-from rich.panel import Panel
+from pydantic import BaseModel, ConfigDict
 
-from govrag.agent.answer import Answer
 from govrag.audit.keys import generate_key
-from govrag.cli_agent import print_replay
-from govrag.deployment import Deployment
 from govrag.embed import semantic_available
-from govrag.harvest.ingest import ingest_jsonl
 from govrag.settings import CONFIG_FILE, AuditSettings
 
 TENANT = "bank-eu"
@@ -45,6 +41,7 @@ DESCRIPTIONS = {
     "legal-playbook": "The bank's negotiation positions for MSA clauses",
 }
 FILES = ("principals.json", "routes", "manifests", "workflows")
+_BUNDLED = resources.files("govrag") / "data" / "bank-eu"
 
 
 def _toml(embedder: str) -> str:
@@ -67,8 +64,7 @@ def create(directory: Path, embedder: str | None = None) -> bool:
         return False
     directory.mkdir(parents=True, exist_ok=True)
     chosen = embedder or ("minilm" if semantic_available() else "hash")
-    source = resources.files("govrag") / "data" / "bank-eu"
-    with resources.as_file(source) as root:
+    with resources.as_file(_BUNDLED) as root:
         for name in FILES:
             path = Path(root) / name
             if path.is_dir():
@@ -82,58 +78,25 @@ def create(directory: Path, embedder: str | None = None) -> bool:
     return True
 
 
-def run_demo(directory: Path, console: Console, *, embedder: str | None = None) -> None:
-    """Create (or reuse) the demo deployment, ingest its corpus, and ask its questions."""
-    if create(directory, embedder):
-        console.print(f"created the bank-eu demo deployment in [bold]{directory}[/]")
-    dep = Deployment.load(directory)
-    try:
-        bundled = resources.files("govrag") / "data" / "bank-eu"
-        with resources.as_file(bundled / "corpus.jsonl") as path:
-            report = ingest_jsonl(dep.store, path, TENANT, settings=dep.settings.ingest,
-                                  embedder=dep.embedder)  # fmt: skip
-        counts = report.as_dict()
-        console.print(f"ingested the corpus (embedder {dep.settings.embedder.name}): "
-                      f"{counts['added']} added, {counts['unchanged']} unchanged, "
-                      f"{counts['errors']} errors")  # fmt: skip
-        questions = json.loads((bundled / "questions.json").read_text(encoding="utf-8"))
-        first: Answer | None = None
-        for q in questions:
-            answer = dep.orchestrator.ask(dep.principal(q["sub"]), q["question"],
-                                          route_id=q["route_id"], text=q.get("text"))  # fmt: skip
-            first = first or answer
-            console.print(_panel(q, answer))
-        if first is not None:
-            from govrag.audit import replay
-
-            console.rule(f"Examiner replay of {first.request_id} (audit log only)")
-            print_replay(replay(dep.store, TENANT, first.request_id), console)
-        chain = dep.store.verify_audit(TENANT)
-        console.print(f"\naudit log: {chain.events} events, chain "
-                      f"{'intact' if chain.ok else 'BROKEN'}. Try it yourself:\n"
-                      f"  govrag ask \"What's our wire limit for corporate clients in the EU?\" "
-                      f"--as officer-123 -d {directory}\n"
-                      f"  govrag replay REQUEST_ID -d {directory}")  # fmt: skip
-    finally:
-        dep.close()
+@contextmanager
+def bundled_corpus() -> Iterator[Path]:
+    """The bundled corpus (42 documents with ACLs in two source systems) as a JSONL file."""
+    with resources.as_file(_BUNDLED / "corpus.jsonl") as path:
+        yield Path(path)
 
 
-def _panel(q: dict[str, Any], a: Answer) -> Panel:
-    lines = [f"[dim]{q['sub']} on route {a.route_id} (pattern {a.pattern}):[/] "
-             f"{escape(q['question'])}"]  # fmt: skip
-    if q.get("text"):
-        lines.append(f"[dim]text:[/] {escape(q['text'])}")
-    for d in a.decisions:
-        colour = "green" if d.verdict == "ALLOW" else "red"
-        lines.append(f"  [{colour}]{d.verdict}[/] {d.corpus} ({d.reason}, {d.policy_version}, "
-                     f"audit {d.audit_id})")  # fmt: skip
-    if not a.decisions:
-        lines.append("  [dim]no retrieval on this route[/]")
-    label = "[yellow]abstained[/]" if a.abstained else "[bold green]answer[/]"
-    why = f" ({a.reason.replace('_', ' ')})" if a.reason else ""
-    lines.append(f"{label}{why}: {escape(a.answer)}")
-    for c in a.citations:
-        lines.append(f"  [cyan]cites[/] {c.doc_id} ({c.corpus}, {c.source_system})")
-    if a.hint:
-        lines.append(f"  [yellow]hint:[/] {escape(a.hint)}")
-    return Panel("\n".join(lines), title=q["title"], title_align="left", expand=True)
+class DemoQuestion(BaseModel):
+    """One question the demo asks: who asks it, on which route, and its panel's title."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    title: str
+    sub: str
+    route_id: str
+    question: str
+    text: str | None = None
+
+
+def questions() -> list[DemoQuestion]:
+    """The demo's questions, in the order it asks them."""
+    raw = json.loads((_BUNDLED / "questions.json").read_text(encoding="utf-8"))
+    return [DemoQuestion.model_validate(q) for q in raw]

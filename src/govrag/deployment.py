@@ -1,12 +1,14 @@
-"""A deployment directory: ``govrag.toml`` + ``principals.json`` (+ later layers' files).
+"""The composition root: one deployment directory's settings and the objects built from them.
 
-``govrag init DIR`` scaffolds one; :class:`Deployment` loads it for every command.
+A deployment directory holds ``govrag.toml``, ``principals.json``, ``routes/``,
+``manifests/``, ``workflows/`` and ``policies/``. :class:`Deployment` wires the request path
+from them (store, policy gate, gateway, sessions, validation, orchestrator), each part built
+on first use, so a command opens only what it needs. Use cases are not here: they are the
+methods of the application API (``govrag/app/api.py``), the one object every edge calls.
 """
 
 from __future__ import annotations
 
-import json
-import secrets
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -19,17 +21,13 @@ from govrag.agent.extractive import ExtractiveResponder
 from govrag.agent.limits import RequestLimits
 from govrag.agent.llm import LlmClient
 from govrag.agent.orchestrator import Orchestrator
-from govrag.agent.retrieve import RETRIEVE_TOOL
-from govrag.audit.anchor import AuditVerification, CheckpointRun, checkpoint_now, verify_anchored
 from govrag.audit.auto import Checkpointer
 from govrag.audit.checkpoint import CheckpointDir
-from govrag.audit.keys import generate_key, load_signing_key, verifying_key
 from govrag.deployfile import read_json
 from govrag.embed import get_embedder
 from govrag.embed.base import Embedder
 from govrag.errors import (
     ConfigError,
-    InputError,
     MissingExtraError,
     NotFoundError,
     describe_validation,
@@ -39,14 +37,11 @@ from govrag.gateway.cache import ResultCache
 from govrag.gateway.rights import RightsChecker, RightsTrim, StoredAclChecker
 from govrag.policy.marker import MarkerGate
 from govrag.policy.pdp import CedarPDP
-from govrag.policy.pep import PolicyEnforcementPoint, Proposal
+from govrag.policy.pep import PolicyEnforcementPoint
 from govrag.routes.config import DeploymentConfig, Problem, check_config, describe_problems
-from govrag.routes.models import Retrieval
 from govrag.routes.session import Sessions
 from govrag.settings import (
     CONFIG_FILE,
-    PRINCIPALS_FILE,
-    AuditSettings,
     RightsCheckerSettings,
     Settings,
     load_settings,
@@ -60,6 +55,17 @@ from govrag.writeback import ControlledWriteBackStore
 class PrincipalsFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     principals: list[Principal]
+
+
+def lookup_principal(principals: dict[str, Principal], sub: str, path: Path) -> Principal:
+    """``principals[sub]``; an unknown ``sub`` names the file and the known ones."""
+    try:
+        return principals[sub]
+    except KeyError:
+        known = ", ".join(sorted(principals)) or "none"
+        raise NotFoundError(
+            f"unknown principal {sub!r}: not in {path}; known subs: {known}"
+        ) from None
 
 
 def load_principals(path: Path) -> dict[str, Principal]:
@@ -97,14 +103,8 @@ class Deployment:
         return load_principals(self.settings.principals_path)
 
     def principal(self, sub: str) -> Principal:
-        try:
-            return self.principals[sub]
-        except KeyError:
-            known = ", ".join(sorted(self.principals)) or "none"
-            raise NotFoundError(
-                f"unknown principal {sub!r}: not in {self.settings.principals_path}; "
-                f"known subs: {known}"
-            ) from None
+        """The ``principals.json`` entry ``sub`` (development identities)."""
+        return lookup_principal(self.principals, sub, self.settings.principals_path)
 
     @cached_property
     def embedder(self) -> Embedder:
@@ -248,11 +248,15 @@ class Deployment:
     @cached_property
     def governed(self) -> GovernedSearch:
         """Governed retrieves: sessions on this deployment's routes, every corpus PEP-gated."""
-        config = self.config  # first: a broken config is refused before the store is created
-        sessions = Sessions(self.store, config, default_route=self.settings.default_route)
         return GovernedSearch(
-            sessions, self.pep, Validator(self.settings.validation, audit=self.store)
+            self.sessions, self.pep, Validator(self.settings.validation, audit=self.store)
         )
+
+    @cached_property
+    def sessions(self) -> Sessions:
+        """Sessions on this deployment's routes, pinned at start."""
+        config = self.config  # first: a broken config is refused before the store is created
+        return Sessions(self.store, config, default_route=self.settings.default_route)
 
     @cached_property
     def llm(self) -> LlmClient:
@@ -292,69 +296,6 @@ class Deployment:
         return Checkpointer(self.checkpoints, self.settings.resolve_path(a.signing_key),
                             every_events=a.checkpoint_every_events,
                             every_seconds=a.checkpoint_every_seconds)  # fmt: skip
-
-    def verify_audit(self, tenant: str | None = None) -> AuditVerification:
-        """Every tenant's audit chain (or one tenant's) checked against its signed
-        checkpoints; a missing or invalid key is a :class:`ConfigError` (fail closed)."""
-        a = self.settings.audit
-        public = verifying_key(
-            self.settings.resolve_path(a.signing_key),
-            self.settings.resolve_path(a.verify_key) if a.verify_key else None,
-        )
-        return verify_anchored(self.store, self.checkpoints, public, tenant=tenant,
-                               every_events=a.checkpoint_every_events,
-                               every_seconds=a.checkpoint_every_seconds)  # fmt: skip
-
-    def checkpoint_audit(self, tenant: str | None = None, *, adopt: bool = False) -> CheckpointRun:
-        """Sign the current head of every tenant whose chain verifies (``govrag audit
-        checkpoint``)."""
-        a = self.settings.audit
-        key = load_signing_key(self.settings.resolve_path(a.signing_key))
-        return checkpoint_now(self.store, self.checkpoints, key, tenant=tenant, adopt=adopt,
-                              every_events=a.checkpoint_every_events,
-                              every_seconds=a.checkpoint_every_seconds)  # fmt: skip
-
-    def create_audit_key(self) -> tuple[Path, str]:
-        """Create the signing key ``[audit] signing_key`` names; returns its path and id."""
-        path = self.settings.resolve_path(self.settings.audit.signing_key)
-        return path, generate_key(path)
-
-    def click(self, principal: Principal, source_system: str, external_id: str) -> None:
-        """Count a click on a document's source (the access counter's other signal). Only a
-        document the principal may read, in a corpus the PDP lets it retrieve: the click is
-        a proposal like any other, decided and audited before it is counted. A document
-        that does not exist, may not be read or lies in a denied corpus gets the same
-        :class:`NotFoundError`, so a click is no test of what exists."""
-        corpus = self.store.readable_corpus(principal, source_system, external_id)
-        verdict = "DENY"
-        if corpus is not None:
-            proposal = Proposal(tool="click", action=RETRIEVE_TOOL, corpus=corpus,
-                                query=f"{source_system}:{external_id}")  # fmt: skip
-            done = self.pep.enforce(
-                principal,
-                Retrieval(mode="tool", scope=(corpus,)),
-                proposal,
-                lambda _: self.store.record_access(
-                    principal.tenant, [(source_system, external_id)], kind="click"
-                ),
-                route_id="click",
-                request_id=f"req-{secrets.token_hex(8)}",
-                session_id="",
-            )
-            verdict = done.decision.verdict
-        if verdict != "ALLOW":
-            raise NotFoundError(
-                f"no document {f'{source_system}:{external_id}'!r} that {principal.sub!r} may read"
-            )
-
-    def unrouted_corpora(self, tenant: str) -> list[str]:
-        """Corpora of ``tenant`` that no route may search (so every retrieve of them is
-        denied); empty when the deployment's config does not load."""
-        try:
-            scoped = {c for r in self.config.routes.values() for c in r.retrieval.scope}
-        except ConfigError:
-            return []
-        return [c for c, _ in self.store.list_corpora(tenant) if c not in scoped]
 
     def __enter__(self) -> Deployment:
         return self
@@ -411,189 +352,3 @@ def check_deployment(settings: Settings) -> tuple[DeploymentConfig | None, list[
     if config is not None:
         problems += settings_problems(settings, config)
     return (config if not any(not p.warning for p in problems) else None), problems
-
-
-#: The tools every scaffolded deployment offers (seed 003's three).
-RETRIEVAL_MANIFEST: dict[str, Any] = {
-    "manifest_id": "retrieval",
-    "version": "1",
-    "tools": [
-        {
-            "name": "retrieve_documents",
-            "description": "Search one corpus for passages relevant to a query.",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "corpus": {"type": "string", "description": "A corpus id from list_corpora"},
-                    # Bounded: servers that constrain tool arguments by their schema (llama.cpp)
-                    # then cannot generate a runaway query.
-                    "query": {
-                        "type": "string",
-                        "maxLength": 256,
-                        "description": "What to look for",
-                    },
-                },
-                "required": ["corpus", "query"],
-                "additionalProperties": False,
-            },
-            "pdp_action": "retrieve_documents",
-            "risk_tier": "low",
-            "kind": "retrieve",
-        },
-        {
-            "name": "list_corpora",
-            "description": "List the corpora you may search, with their descriptions.",
-            "parameters": {"type": "object", "properties": {}, "additionalProperties": False},
-            "pdp_action": "list_corpora",
-            "kind": "list",
-        },
-        {
-            "name": "get_document_metadata",
-            "description": "Title, source and dates of one document.",
-            "parameters": {
-                "type": "object",
-                "properties": {"doc_id": {"type": "string", "maxLength": 256}},
-                "required": ["doc_id"],
-                "additionalProperties": False,
-            },
-            "pdp_action": "get_document_metadata",
-            "kind": "metadata",
-        },
-    ],
-}
-
-
-def _check_scaffold(*, embedder: str, tenant: str, corpora: tuple[str, ...]) -> None:
-    """The arguments of :func:`scaffold`, checked as the files written from them would be."""
-    from govrag.embed import available_embedders
-    from govrag.routes.models import Retrieval
-
-    if embedder not in available_embedders():
-        raise InputError(f"--embedder {embedder!r} is unknown; use one of: "
-                         f"{', '.join(available_embedders())}")  # fmt: skip
-    try:
-        Principal(sub="ana", email="ana@bank.example", tenant=tenant)
-    except ValidationError as exc:
-        raise InputError(f"--tenant {tenant!r}: {describe_validation(exc)}") from exc
-    if any(ch < " " or ch == "\x7f" for ch in tenant):
-        raise InputError(f"--tenant {tenant!r} holds a control character; use a printable id")
-    try:
-        Retrieval(mode="tool", scope=corpora)
-    except ValidationError as exc:
-        raise InputError(
-            f"--corpus: {describe_validation(exc)} (a corpus id is letters, digits and "
-            "'_.:-', starting with a letter or digit)"
-        ) from exc
-
-
-def scaffold(
-    directory: Path,
-    *,
-    embedder: str,
-    tenant: str = "default",
-    corpora: tuple[str, ...] = (),
-    force: bool = False,
-) -> list[Path]:
-    """Write a starter deployment: ``govrag.toml``, ``principals.json``, one tool route over
-    ``corpora`` (``routes/search.json``), its manifest and the audit signing key. Never
-    overwrites without force, and never replaces an existing signing key; writes nothing at
-    all when an argument could not make a working deployment."""
-    _check_scaffold(embedder=embedder, tenant=tenant, corpora=corpora)
-    directory.mkdir(parents=True, exist_ok=True)
-    config = directory / CONFIG_FILE
-    principals = directory / PRINCIPALS_FILE
-    route = directory / "routes" / "search.json"
-    manifest = directory / "manifests" / "retrieval.json"
-    for path in (config, principals, route, manifest):
-        if path.exists() and not force:
-            raise ConfigError(f"{path} already exists; pass --force to overwrite it")
-    route.parent.mkdir(exist_ok=True)
-    manifest.parent.mkdir(exist_ok=True)
-    route.write_text(
-        json.dumps(
-            {
-                "route_id": "search",
-                "intent": "search",
-                "tool_manifest": "retrieval",
-                "retrieval": {"mode": "tool", "scope": list(corpora)},
-            },
-            indent=2,
-        )
-        + "\n",
-        encoding="utf-8",
-    )
-    manifest.write_text(json.dumps(RETRIEVAL_MANIFEST, indent=2) + "\n", encoding="utf-8")
-    config.write_text(
-        f"""# govrag deployment settings.
-# Environment variables override them: GOVRAG_<SECTION>__<KEY>.
-default_tenant = {json.dumps(tenant)}
-default_route = "search"       # routes/search.json; `govrag search --route ID` picks another
-
-[store]
-url = "sqlite:///govrag.db"   # relative to this directory
-# url = "postgresql://govrag_app@db.internal:5432/govrag"   # with pip install 'govrag[postgres]'
-# admin_url = "postgresql://govrag_owner@db.internal:5432/govrag"   # see docs/scaling.md
-index_dir = "index"           # derived search indexes; rebuild with `govrag index rebuild`
-
-[embedder]
-name = {json.dumps(embedder)}   # "minilm" (semantic, govrag[semantic]) or "hash" (not semantic)
-dim = 384
-
-[search]
-rrf_k = 60
-lexical_weight = 1.0
-vector_weight = 1.0
-fusion_depth = 100            # keyword candidates a hybrid ranking fuses
-vector_fusion_depth = 20      # vector candidates it fuses (deeper: slower on PostgreSQL)
-default_top_k = 10
-hidden_marker = true          # report (content-free) that an unreadable relevant item exists
-
-[ingest]
-chunk_tokens = 300
-section_tokens = 1200
-max_text_bytes = 2000000
-
-[policy]
-bundle = "pgar.retrieval.corpus"   # built-in: needs "<corpus>:read" in doc_entitlements
-timeout_s = 2.0
-
-[audit]
-# Signed checkpoints of each tenant's audit chain head, outside the database (docs/audit.md).
-checkpoint_dir = "audit-checkpoints"   # better: storage the database's admins cannot write
-signing_key = "keys/audit-signing-key.pem"   # Ed25519, mode 0600; written by govrag init
-# verify_key = "keys/audit-signing-key.pub"   # an examiner's copy of the public key
-checkpoint_every_events = 1000   # a checkpoint after this many events of a tenant ...
-checkpoint_every_seconds = 30.0   # ... or at its first event this long after the last one
-
-# Describe corpora for the model (shown by list_corpora) and classify them as a whole:
-# [corpora.policy-engine]
-# description = "Bank policies: limits, approvals, controls"
-# classification = "internal"     # callers below this clearance are denied the corpus
-""",
-        encoding="utf-8",
-    )
-    principals.write_text(
-        json.dumps(
-            {
-                "principals": [
-                    {
-                        "sub": "ana",
-                        "email": "ana@bank.example",
-                        "tenant": tenant,
-                        "roles": ["analyst"],
-                        "doc_entitlements": [f"{c}:read" for c in corpora],
-                        "clearance": "internal",
-                    }
-                ]
-            },
-            indent=2,
-        )
-        + "\n",
-        encoding="utf-8",
-    )
-    written = [config, principals, route, manifest]
-    key = directory / AuditSettings().signing_key
-    if not key.exists():
-        generate_key(key)
-        written.append(key)
-    return written

@@ -17,7 +17,8 @@ from govrag.agent.answer import Answer
 from govrag.agent.extractive import ExtractiveResponder
 from govrag.agent.openai_chat import OpenAIChatClient
 from govrag.audit import replay
-from govrag.deployment import RETRIEVAL_MANIFEST, Deployment
+from govrag.deployment import Deployment
+from govrag.scaffold import RETRIEVAL_MANIFEST
 from govrag.types import Strategy
 
 from conftest import Spy, completion, doc, ident, load, scripted

@@ -29,8 +29,9 @@ from govrag.agent.answer import Answer
 from govrag.agent.extractive import ExtractiveResponder
 from govrag.agent.prompts import caller_message, caller_parts
 from govrag.audit import replay
-from govrag.cli_agent import print_answer
-from govrag.deployment import RETRIEVAL_MANIFEST, Deployment
+from govrag.cli.render import print_answer
+from govrag.deployment import Deployment
+from govrag.scaffold import RETRIEVAL_MANIFEST
 from govrag.validation import check_claims
 
 from conftest import Spy, completion, doc, ident, load, scripted

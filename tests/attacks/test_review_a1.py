@@ -217,7 +217,7 @@ def test_click_does_not_confirm_a_document_of_a_corpus_p_may_not_retrieve(
     ``govrag click sp:x1`` succeeds (and reports everyone's hits) when ``x1`` exists in ``x``
     with P on its ACL, and is refused when it does not: the click checks the stored ACL and
     clearance only, with no PEP/PDP decision on the document's corpus."""
-    from govrag.cli import app
+    from govrag.cli.main import app
 
     runner = CliRunner()
     principals = {

@@ -25,7 +25,8 @@ from agent_world import Scripted
 from govrag.agent.answer import Answer
 from govrag.agent.llm import LlmReply
 from govrag.audit import replay
-from govrag.deployment import RETRIEVAL_MANIFEST, Deployment
+from govrag.deployment import Deployment
+from govrag.scaffold import RETRIEVAL_MANIFEST
 
 from conftest import doc, ident, load
 

@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 
 from govrag.audit import replay
-from govrag.deployment import RETRIEVAL_MANIFEST, Deployment
+from govrag.deployment import Deployment
+from govrag.scaffold import RETRIEVAL_MANIFEST
 from govrag.store.protocol import KnowledgeStore
 from govrag.types import NO_CORPUS, ChunkOrigin, SearchRequest, Strategy
 from govrag.writeback import (

@@ -89,8 +89,9 @@ def verify_index(root: Path) -> int:
 
 @pytest.mark.parametrize("run", range(RUNS))
 def test_sigkill_during_ingest_leaves_no_partial_document(tmp_path: Path, run: int) -> None:
-    from govrag.deployment import Deployment, scaffold
+    from govrag.deployment import Deployment
     from govrag.harvest.ingest import ingest_jsonl
+    from govrag.scaffold import scaffold
 
     root = tmp_path / "dep"
     scaffold(root, embedder="hash", tenant="t1")

@@ -6,13 +6,26 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from govrag.cli import DeploymentOpt, JsonOpt, _deployment, _emit, _guard, app, err
+from govrag.cli.common import (
+    AsOpt,
+    DeploymentOpt,
+    JsonOpt,
+    as_principal,
+    emit,
+    err,
+    guard,
+    open_app,
+)
 
 if TYPE_CHECKING:
     from govrag.store.curation import CurationReport
 
 
-@app.command()
+def register(app: typer.Typer) -> None:
+    app.command()(curate)
+    app.command()(click)
+
+
 def curate(
     tenant: Annotated[
         str | None, typer.Option(help="Only this tenant (default: every one).")
@@ -23,23 +36,21 @@ def curate(
     """Recompute every document's trust score from authority and access (idempotent)."""
 
     def run() -> list[CurationReport]:
-        with _deployment(deployment) as dep:
-            tenants = [tenant] if tenant else dep.store.tenants()
-            return [dep.store.curate(t, dep.settings.curation) for t in tenants]
+        with open_app(deployment) as app:
+            return app.curate(tenant)
 
-    reports = _guard(run)
+    reports = guard(run)
     if as_json:
-        _emit({"tenants": [r.as_dict() for r in reports]})
+        emit({"tenants": [r.as_dict() for r in reports]})
         return
     for r in reports:
         err.print(f"tenant {r.tenant}: {r.documents} documents, {r.moved} scores moved, "
                   f"mean trust {r.mean_trust:.3f}", highlight=False)  # fmt: skip
 
 
-@app.command()
 def click(
     doc: Annotated[str, typer.Argument(help="SOURCE_SYSTEM:EXTERNAL_ID of the document opened.")],
-    as_: Annotated[str, typer.Option("--as", help="Principal `sub` from principals.json.")],
+    as_: AsOpt,
     deployment: DeploymentOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -53,13 +64,13 @@ def click(
                 f"document {doc!r}: give SOURCE_SYSTEM:EXTERNAL_ID, e.g. "
                 "sharepoint:policy-wire-limits-v3 (a citation's source and id)"
             )
-        with _deployment(deployment) as dep:
-            dep.click(dep.principal(as_), source_system, external_id)
+        with open_app(deployment) as app:
+            app.click(as_principal(app, as_), source_system, external_id)
         # Everyone's access count is not the caller's to know: only that this one counted.
         return {"document": doc, "counted": True}
 
-    counted = _guard(run)
+    counted = guard(run)
     if as_json:
-        _emit(counted)
+        emit(counted)
     else:
         err.print(f"counted a click on {doc}", highlight=False)

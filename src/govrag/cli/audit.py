@@ -1,5 +1,5 @@
 """``govrag audit verify | checkpoint | keygen``: the audit log and its anchor outside the
-database (signed checkpoints, ``docs/audit.md``). Thin: the use cases are Deployment's."""
+database (signed checkpoints, ``docs/audit.md``). Thin: the use cases are the application API's."""
 
 from __future__ import annotations
 
@@ -7,12 +7,21 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from govrag.cli import DeploymentOpt, JsonOpt, _deployment, _emit, _guard, audit_app, err
+from govrag.cli.common import DeploymentOpt, JsonOpt, TenantOpt, emit, err, guard, open_app
 
 if TYPE_CHECKING:
     from govrag.audit.anchor import AuditVerification, CheckpointRun, TenantAudit
 
-TenantOpt = Annotated[str | None, typer.Option(help="Only this tenant.")]
+
+def register(app: typer.Typer) -> None:
+    audit_app = typer.Typer(
+        help="Check the hash-chained audit log against its signed checkpoints.",
+        no_args_is_help=True,
+    )
+    audit_app.command("verify")(audit_verify)
+    audit_app.command("checkpoint")(audit_checkpoint)
+    audit_app.command("keygen")(audit_keygen)
+    app.add_typer(audit_app, name="audit")
 
 
 def _anchor_line(t: TenantAudit) -> str:
@@ -25,7 +34,6 @@ def _anchor_line(t: TenantAudit) -> str:
             f"{behind} events behind the head, {t.checkpoints} in its history)")  # fmt: skip
 
 
-@audit_app.command("verify")
 def audit_verify(tenant: TenantOpt = None, deployment: DeploymentOpt = None,
                  as_json: JsonOpt = False) -> None:  # fmt: skip
     """Recompute every tenant's chain and compare it with its signed checkpoints; exit 1
@@ -33,12 +41,12 @@ def audit_verify(tenant: TenantOpt = None, deployment: DeploymentOpt = None,
     under an unknown tenant, a forged checkpoint)."""
 
     def run() -> AuditVerification:
-        with _deployment(deployment) as dep:
-            return dep.verify_audit(tenant)
+        with open_app(deployment) as app:
+            return app.audit_verify(tenant)
 
-    report = _guard(run)
+    report = guard(run)
     if as_json:
-        _emit(report.as_dict())
+        emit(report.as_dict())
     else:
         for t in report.tenants:
             r = t.chain
@@ -62,7 +70,6 @@ def audit_verify(tenant: TenantOpt = None, deployment: DeploymentOpt = None,
         raise typer.Exit(1)
 
 
-@audit_app.command("checkpoint")
 def audit_checkpoint(
     tenant: TenantOpt = None,
     adopt: Annotated[
@@ -76,12 +83,12 @@ def audit_checkpoint(
     does not verify against its checkpoints is refused (exit 1), never signed."""
 
     def run() -> CheckpointRun:
-        with _deployment(deployment) as dep:
-            return dep.checkpoint_audit(tenant, adopt=adopt)
+        with open_app(deployment) as app:
+            return app.audit_checkpoint(tenant, adopt=adopt)
 
-    result = _guard(run)
+    result = guard(run)
     if as_json:
-        _emit(result.as_dict())
+        emit(result.as_dict())
     else:
         for cp, path in result.written:
             err.print(f"tenant {cp.tenant}: signed event {cp.head_seq} ({cp.head_event_id}) "
@@ -94,16 +101,15 @@ def audit_checkpoint(
         raise typer.Exit(1)
 
 
-@audit_app.command("keygen")
 def audit_keygen(deployment: DeploymentOpt = None) -> None:
     """Create the Ed25519 key that signs checkpoints, at ``[audit] signing_key`` (mode
     0600, with its public key beside it); an existing key is never replaced."""
 
     def run() -> tuple[str, str]:
-        with _deployment(deployment) as dep:
-            path, kid = dep.create_audit_key()
+        with open_app(deployment) as app:
+            path, kid = app.audit_keygen()
             return str(path), kid
 
-    path, kid = _guard(run)
+    path, kid = guard(run)
     err.print(f"wrote {path} ({kid}); keep it out of the database's reach and back it up",
               highlight=False)  # fmt: skip

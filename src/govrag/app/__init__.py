@@ -1,0 +1,15 @@
+"""The application API (``govrag.open``): see ``api.py``."""
+
+from govrag.app.api import ConfigCheck, Govrag, SessionInfo, evaluate_beir, local_principal, open
+from govrag.app.ingest import IngestOutcome, ProgressFactory
+
+__all__ = [
+    "ConfigCheck",
+    "Govrag",
+    "IngestOutcome",
+    "ProgressFactory",
+    "SessionInfo",
+    "evaluate_beir",
+    "local_principal",
+    "open",
+]

@@ -1,0 +1,5 @@
+"""``python -m govrag.cli``."""
+
+from govrag.cli.main import main
+
+main()

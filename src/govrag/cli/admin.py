@@ -1,0 +1,223 @@
+"""Commands that set up and look after a deployment: ``init``, ``demo``, ``eval``,
+``index verify | rebuild`` and ``config check``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+
+from govrag.cli.common import DeploymentOpt, JsonOpt, emit, err, fail, guard, open_app
+from govrag.errors import InputError
+from govrag.types import Strategy
+
+if TYPE_CHECKING:
+    from govrag.app import ConfigCheck
+    from govrag.store.records import IndexReport
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(init)
+    app.command()(demo)
+    app.command("eval")(eval_)
+    index_app = typer.Typer(
+        help="Inspect and rebuild the derived search indexes.", no_args_is_help=True
+    )
+    index_app.command("verify")(index_verify)
+    index_app.command("rebuild")(index_rebuild)
+    app.add_typer(index_app, name="index")
+    config_app = typer.Typer(
+        help="Check the deployment's routes, manifests, workflows and policies."
+    )
+    config_app.command("check")(config_check)
+    app.add_typer(config_app, name="config")
+
+
+def init(
+    directory: Annotated[Path, typer.Argument(help="Directory to create or fill.")] = Path("."),
+    embedder: Annotated[
+        str | None,
+        typer.Option(help="'minilm' (semantic) or 'hash'. Default: minilm when installed."),
+    ] = None,
+    tenant: Annotated[str, typer.Option(help="Default tenant id.")] = "default",
+    corpus: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A corpus the default route may search (repeatable); the sample "
+            "principal gets its read entitlement."
+        ),
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Overwrite existing files.")] = False,
+) -> None:
+    """Scaffold a deployment: govrag.toml, principals.json, a search route and its manifest."""
+    from govrag.embed import semantic_available
+    from govrag.scaffold import scaffold
+
+    chosen = embedder or ("minilm" if semantic_available() else "hash")
+    corpora = tuple(corpus or ())
+    written = guard(
+        lambda: scaffold(directory, embedder=chosen, tenant=tenant, corpora=corpora, force=force)
+    )
+    for path in written:
+        err.print(f"wrote {path}")
+    if not corpora:
+        err.print(
+            "note: the route 'search' has an empty scope, so every retrieve is denied; list "
+            f"corpora in {directory / 'routes' / 'search.json'} (or re-run with --corpus ID)"
+        )
+    err.print(f"embedder: {chosen}. Next: govrag ingest FILE.jsonl --deployment {directory}")
+
+
+def eval_(
+    beir_dir: Annotated[
+        Path, typer.Argument(help="BEIR directory (corpus.jsonl, queries.jsonl, qrels/).")
+    ],
+    strategy: Annotated[Strategy, typer.Option(help="Retrieval strategy.")] = Strategy.KEYWORD,
+    split: Annotated[str, typer.Option(help="qrels split.")] = "test",
+    embedder: Annotated[
+        str | None,
+        typer.Option(help="Embedder for semantic/hybrid: minilm (default when installed) or hash."),
+    ] = None,
+    top_k: Annotated[int, typer.Option(help="Depth of each ranking.")] = 100,
+    deployment: Annotated[
+        Path | None,
+        typer.Option(
+            "--deployment",
+            "-d",
+            help="Load into this deployment's store and embedder (any backend; a throw-away "
+            "tenant, dropped afterwards) instead of a temporary SQLite file.",
+        ),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Measure retrieval quality on a BEIR dataset (loaded into a temporary store)."""
+    from govrag.app import evaluate_beir
+    from govrag.embed import semantic_available
+
+    if deployment is not None:
+        if embedder is not None:
+            fail(
+                InputError(
+                    "--embedder and --deployment exclude each other: the deployment's "
+                    "[embedder] is used; drop --embedder"
+                )
+            )
+    elif embedder is None:
+        embedder = "minilm" if semantic_available() else "hash"
+        if strategy is not Strategy.KEYWORD and embedder == "hash":
+            err.print(
+                "note: the semantic extra is not installed; using the non-semantic 'hash' embedder"
+            )
+
+    def run() -> dict[str, Any]:
+        say = lambda msg: err.print(msg, highlight=False)  # noqa: E731
+        if deployment is not None:
+            with open_app(deployment) as app:
+                return app.evaluate_beir(beir_dir, strategy=strategy, split=split,
+                                         top_k=top_k, progress=say)  # fmt: skip
+        return evaluate_beir(beir_dir, strategy=strategy, split=split,
+                             embedder=embedder or "hash", top_k=top_k, progress=say)  # fmt: skip
+
+    figures = guard(run)
+    if as_json:
+        emit(figures)
+    else:
+        for key, value in figures.items():
+            Console().print(f"{key:>12}: {value}")
+
+
+def index_verify(
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant.")] = None,
+    deployment: DeploymentOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Compare the derived indexes with the truth store; exit 1 on any difference."""
+
+    def run() -> list[IndexReport]:
+        with open_app(deployment) as app:
+            return app.index_verify(tenant)
+
+    reports = guard(run)
+    rows = [dict(vars(r), differences=r.differences) for r in reports]
+    if as_json:
+        emit({"tenants": rows, "differences": sum(r.differences for r in reports)})
+    else:
+        for r in rows:
+            stale = [
+                f"{r[key]} {what} with stale access fields"
+                for key, what in (("stale_access", "lexical entries"),
+                                  ("vector_access_drift", "vector rows"))
+                if r[key]
+            ]  # fmt: skip
+            err.print(
+                f"tenant {r['tenant']}: {r['truth_chunks']} chunks in the truth store, "
+                f"{r['lexical_chunks']} in the lexical index, {r['differences']} differences"
+                + (f" ({'; '.join(stale)})" if stale else "")
+            )
+    if any(r.differences for r in reports):
+        err.print("run `govrag index rebuild` to set the derived indexes right")
+        raise typer.Exit(1)
+
+
+def index_rebuild(
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant.")] = None,
+    deployment: DeploymentOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Recreate the derived search indexes from the truth store."""
+
+    def run() -> dict[str, int]:
+        with open_app(deployment) as app:
+            return app.index_rebuild(tenant)
+
+    counts = guard(run)
+    if as_json:
+        emit({"rebuilt": counts})
+    else:
+        for t, n in counts.items():
+            err.print(f"tenant {t}: rebuilt, {n} chunks indexed")
+
+
+def demo(
+    directory: Annotated[
+        Path, typer.Option("--dir", "--directory", help="Where to create the demo deployment.")
+    ] = Path("demo-deployment"),
+    embedder: Annotated[
+        str | None, typer.Option(help="'minilm' or 'hash'. Default: minilm when installed.")
+    ] = None,
+) -> None:
+    """Build the bundled bank-eu deployment and ask its questions: the seed's worked example,
+    a DENY, prefetch, a workflow, the hidden-item hint and an examiner replay."""
+    from govrag.cli.demo import run_demo
+
+    guard(lambda: run_demo(directory, Console(), embedder=embedder))
+
+
+def config_check(deployment: DeploymentOpt = None, as_json: JsonOpt = False) -> None:
+    """Validate routes/, manifests/, workflows/ and policies/; print every problem at once.
+
+    Exit 0 when there is no error (warnings allowed), 2 otherwise.
+    """
+
+    def run() -> ConfigCheck:
+        with open_app(deployment) as app:
+            return app.config_check()
+
+    check = guard(run)
+    problems, config = check.problems, check.config
+    errors = [p for p in problems if not p.warning]
+    if as_json:
+        emit(check.as_dict())
+    else:
+        for p in problems:
+            err.print(str(p), style="yellow" if p.warning else "red", highlight=False)
+        if config is not None:
+            err.print(
+                f"ok: {len(config.routes)} route(s), {len(config.manifests)} manifest(s), "
+                f"{len(config.workflows)} workflow(s), {len(config.bundles)} policy bundle(s); "
+                f"route table {config.route_table_version}"
+            )
+    if errors:
+        raise typer.Exit(2)

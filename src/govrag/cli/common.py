@@ -1,0 +1,89 @@
+"""What every command shares: its options, the way it opens the deployment, and the way a
+library error becomes one line on stderr and an exit code (never a traceback).
+
+Commands are thin: they parse their arguments, call one method of the application API
+(:class:`govrag.app.Govrag`) and print its result. ``--as SUB`` is the development identity
+provider: the principal is the entry of ``principals.json``, the claims a verified token
+would carry on a served deployment.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+from govrag.errors import GovragError
+
+if TYPE_CHECKING:
+    from govrag.app import Govrag
+    from govrag.types import Principal
+
+err = Console(stderr=True, soft_wrap=True)
+T = TypeVar("T")
+
+DeploymentOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--deployment",
+        "-d",
+        envvar="GOVRAG_DEPLOYMENT",
+        help="Deployment directory (default: the current directory).",
+        show_default=False,
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+AsOpt = Annotated[str, typer.Option("--as", help="Principal `sub` from principals.json.")]
+TenantOpt = Annotated[str | None, typer.Option(help="Only this tenant.")]
+
+
+def fail(exc: GovragError) -> NoReturn:
+    err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True,
+              soft_wrap=True)  # fmt: skip
+    raise typer.Exit(exc.exit_code)
+
+
+def guard(fn: Callable[[], T]) -> T:
+    """``fn()``; a govrag error ends the command with its message and exit code."""
+    try:
+        return fn()
+    except GovragError as exc:
+        fail(exc)
+
+
+def emit(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, ensure_ascii=False, indent=2) + "\n")
+
+
+@contextmanager
+def progress(total: int, label: str) -> Iterator[Callable[[int], None] | None]:
+    """A progress bar on an interactive stderr; nothing when piped (CI, --json consumers)."""
+    if not err.is_terminal:
+        yield None
+        return
+    columns = (TextColumn(label), BarColumn(), DownloadColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=err, transient=True) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda n: bar.advance(task, n)
+
+
+def open_app(directory: Path | None) -> Govrag:
+    """The deployment in ``directory`` (default: ``GOVRAG_DEPLOYMENT`` or the current one)."""
+    import govrag
+
+    return govrag.open(directory)
+
+
+def as_principal(app: Govrag, sub: str) -> Principal:
+    """The development identity ``--as SUB`` names (``principals.json``)."""
+    from govrag.app import local_principal
+
+    return local_principal(app.settings, sub)
