@@ -51,6 +51,7 @@ if TYPE_CHECKING:
         IngestOutcome,
         SessionInfo,
         evaluate_beir,
+        init,
         local_principal,
         open,
     )
@@ -74,6 +75,7 @@ _LAZY = {
     "IngestOutcome": "govrag.app",
     "SessionInfo": "govrag.app",
     "evaluate_beir": "govrag.app",
+    "init": "govrag.app",
     "local_principal": "govrag.app",
     "open": "govrag.app",
     "Replay": "govrag.audit.replay",
@@ -128,6 +130,7 @@ __all__ = [
     "WriteBackCandidate",
     "__version__",
     "evaluate_beir",
+    "init",
     "local_principal",
     "open",
 ]

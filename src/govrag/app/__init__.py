@@ -1,6 +1,14 @@
 """The application API (``govrag.open``): see ``api.py``."""
 
-from govrag.app.api import ConfigCheck, Govrag, SessionInfo, evaluate_beir, local_principal, open
+from govrag.app.api import (
+    ConfigCheck,
+    Govrag,
+    SessionInfo,
+    evaluate_beir,
+    init,
+    local_principal,
+    open,
+)
 from govrag.app.ingest import IngestOutcome, ProgressFactory
 
 __all__ = [
@@ -10,6 +18,7 @@ __all__ = [
     "ProgressFactory",
     "SessionInfo",
     "evaluate_beir",
+    "init",
     "local_principal",
     "open",
 ]

@@ -340,3 +340,21 @@ def evaluate_beir(
 
     return run_beir_eval(beir_dir, strategy=strategy, split=split, embedder=embedder,
                          top_k=top_k, progress=progress)  # fmt: skip
+
+
+def init(
+    directory: str | Path,
+    *,
+    embedder: str = "hash",
+    tenant: str = "default",
+    corpora: Sequence[str] = (),
+    force: bool = False,
+) -> list[Path]:
+    """Write a starter deployment into ``directory`` (``govrag init``): settings, one
+    principal entitled to ``corpora``, a tool route over them, seed 003's three tools and the
+    audit signing key. Returns the files written; writes nothing when an argument could not
+    make a working deployment, and never overwrites without ``force``."""
+    from govrag.scaffold import scaffold
+
+    return scaffold(Path(directory), embedder=embedder, tenant=tenant, corpora=tuple(corpora),
+                    force=force)  # fmt: skip

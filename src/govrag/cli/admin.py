@@ -52,8 +52,8 @@ def init(
     force: Annotated[bool, typer.Option(help="Overwrite existing files.")] = False,
 ) -> None:
     """Scaffold a deployment: govrag.toml, principals.json, a search route and its manifest."""
+    from govrag.app import init as scaffold
     from govrag.embed import semantic_available
-    from govrag.scaffold import scaffold
 
     chosen = embedder or ("minilm" if semantic_available() else "hash")
     corpora = tuple(corpus or ())
