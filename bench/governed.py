@@ -1,7 +1,7 @@
 """The policy gate's cost on a search: a governed retrieve beside the bare store search.
 
-A governed retrieve (``Deployment.governed.search``) opens or continues a session, builds the
-SARAC request, asks the Cedar PDP, commits the decision to the audit log durably (SQLite
+A governed retrieve (``Govrag.search``, the application API) opens or continues a session,
+builds the SARAC request, asks the Cedar PDP, commits the decision to the audit log durably (SQLite
 ``synchronous=FULL``), and only then runs the gateway: a search for the reranker's 50
 candidates, the deterministic rerank, packing to the token budget, and the pack's own durable
 audit record. The baseline is ``KnowledgeStore.search`` of
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import synthetic
+from govrag.app import Govrag
 from govrag.deployment import Deployment
 from govrag.eval.metrics import percentile
 from govrag.types import SearchRequest, Strategy
@@ -75,6 +76,8 @@ def run(n_docs: int, n_queries: int, seed: int, say: Say) -> dict[str, Any]:
 def _time(
     dep: Deployment, probes: list[synthetic.Probe], queries: list[str], strategy: Strategy
 ) -> dict[str, Any]:
+    # The governed path is the application API's; the baseline is the store it wraps.
+    app = Govrag(dep)
     series: dict[str, list[float]] = {"bare": [], "new_session": [], "continued": []}
     sessions: dict[str, str] = {}
     for i, query in enumerate([*queries[:WARMUP], *queries]):
@@ -87,12 +90,10 @@ def _time(
         t0 = time.perf_counter()
         dep.store.search(who, request)
         t1 = time.perf_counter()
-        fresh = dep.governed.search(who, query, strategy=strategy, top_k=10)
+        fresh = app.search(who, query, strategy=strategy, top_k=10)
         t2 = time.perf_counter()
         sessions.setdefault(probe.name, fresh.session_id)
-        later = dep.governed.search(
-            who, query, strategy=strategy, top_k=10, session_id=sessions[probe.name]
-        )
+        later = app.search(who, query, strategy=strategy, top_k=10, session=sessions[probe.name])
         t3 = time.perf_counter()
         readable = {h.chunk_id for h in pool.results}
         if not {c.chunk_id for c in fresh.results} <= readable or [
