@@ -21,7 +21,7 @@ PUBLIC = {
     "ConfigError", "GovernedResult", "Govrag", "GovragError", "HiddenMarker", "IngestError",
     "IngestOutcome", "InputError", "LlmError", "MetadataFilter", "MissingExtraError",
     "NotFoundError", "Principal", "Replay", "RetrievalScope", "SearchHit", "SearchRequest",
-    "SearchResult", "SessionInfo", "StoreError", "Strategy", "WriteBackCandidate",
+    "SearchResult", "SessionInfo", "SourceStatus", "StoreError", "Strategy", "WriteBackCandidate",
     "__version__", "evaluate_beir", "init", "local_principal", "open",
 }  # fmt: skip
 

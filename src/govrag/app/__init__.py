@@ -9,7 +9,7 @@ from govrag.app.api import (
     local_principal,
     open,
 )
-from govrag.app.ingest import IngestOutcome, ProgressFactory
+from govrag.app.ingest import IngestOutcome, ProgressFactory, SourceStatus, SourceSync
 
 __all__ = [
     "ConfigCheck",
@@ -17,6 +17,8 @@ __all__ = [
     "IngestOutcome",
     "ProgressFactory",
     "SessionInfo",
+    "SourceStatus",
+    "SourceSync",
     "evaluate_beir",
     "init",
     "local_principal",

@@ -23,7 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from govrag.app.ingest import IngestOutcome, ProgressFactory, run_ingest
+from govrag.app.ingest import (
+    IngestOutcome,
+    ProgressFactory,
+    SourceStatus,
+    run_ingest,
+    source_statuses,
+)
 from govrag.deployment import Deployment, check_deployment, load_principals, lookup_principal
 from govrag.errors import NotFoundError
 from govrag.settings import Settings, load_settings
@@ -110,11 +116,9 @@ class Govrag:
         return run_ingest(self._dep, str(source), connector=connector, tenant=tenant,
                           dry_run=dry_run, progress=progress)  # fmt: skip
 
-    def sources(self) -> list[dict[str, Any]]:
+    def sources(self) -> list[SourceStatus]:
         """The configured sources with their last syncs."""
-        from govrag.harvest.sources import list_sources
-
-        return list_sources(self.settings)
+        return source_statuses(self._dep)
 
     # -- governed retrieval and answers -----------------------------------------------------
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -12,7 +12,7 @@ from govrag.cli.common import DeploymentOpt, JsonOpt, emit, err, guard, open_app
 from govrag.harvest.kinds import ConnectorKind
 
 if TYPE_CHECKING:
-    from govrag.app import IngestOutcome
+    from govrag.app import IngestOutcome, SourceStatus
 
 
 def register(app: typer.Typer) -> None:
@@ -85,13 +85,13 @@ def ingest(
 def sources(deployment: DeploymentOpt = None, as_json: JsonOpt = False) -> None:
     """List the configured sources (\\[sources.<name>] in govrag.toml) with their last sync."""
 
-    def run() -> list[dict[str, Any]]:
+    def run() -> list[SourceStatus]:
         with open_app(deployment) as app:
             return app.sources()
 
     rows = guard(run)
     if as_json:
-        emit({"sources": rows})
+        emit({"sources": [r.model_dump(mode="json") for r in rows]})
         return
     if not rows:
         err.print(
@@ -99,13 +99,13 @@ def sources(deployment: DeploymentOpt = None, as_json: JsonOpt = False) -> None:
         )
     out = Console(soft_wrap=True, highlight=False)
     for r in rows:
-        missing = "" if r["exists"] else " [red](missing)[/]"
-        where = f"{r['connector']} {escape(r['path'])}{missing}"
-        out.print(f"[bold]{escape(r['name'])}[/]: {where}, source system "
-                  f"{escape(r['source_system'])}, tenant {escape(r['tenant'])}")  # fmt: skip
-        if r["last_sync"] is None:
+        missing = "" if r.exists else " [red](missing)[/]"
+        where = f"{r.connector} {escape(r.path)}{missing}"
+        out.print(f"[bold]{escape(r.name)}[/]: {where}, source system "
+                  f"{escape(r.source_system)}, tenant {escape(r.tenant)}")  # fmt: skip
+        if r.last_sync is None:
             out.print("    never synced")
         else:
-            docs = "" if r["documents"] is None else f"{r['documents']} documents; "
-            counts = ", ".join(f"{k} {v}" for k, v in (r["last_run"] or {}).items())
-            out.print(f"    last sync {r['last_sync']}: {docs}last run: {counts}")
+            docs = "" if r.documents is None else f"{r.documents} documents; "
+            counts = ", ".join(f"{k} {v}" for k, v in (r.last_run or {}).items())
+            out.print(f"    last sync {r.last_sync}: {docs}last run: {counts}")
