@@ -91,3 +91,11 @@ def test_open_with_ready_settings_refuses_overrides(tmp_path: Path) -> None:
         assert app.config_check().ok
     with pytest.raises(TypeError, match="overrides"):
         govrag.open(settings, default_tenant="x")
+
+
+def test_an_empty_corpus_list_is_refused_not_widened(tmp_path: Path) -> None:
+    govrag.init(tmp_path, tenant="bank", corpora=["policies"])
+    ana = govrag.Principal(sub="ana", email="ana@bank.example", tenant="bank",
+                           doc_entitlements=("policies:read",))  # fmt: skip
+    with govrag.open(tmp_path) as app, pytest.raises(govrag.InputError, match="corpora is empty"):
+        app.search(ana, "wire limit", corpora=[])

@@ -31,7 +31,7 @@ from govrag.app.ingest import (
     source_statuses,
 )
 from govrag.deployment import Deployment, check_deployment, load_principals, lookup_principal
-from govrag.errors import NotFoundError
+from govrag.errors import InputError, NotFoundError
 from govrag.settings import Settings, load_settings
 from govrag.types import MetadataFilter, Principal, Strategy
 
@@ -137,11 +137,15 @@ class Govrag:
         """A governed retrieve: each corpus (default: the route's scope) is decided by the
         policy gate and audited before it is searched; results are only what ``principal``
         may read. Defaults come from ``[search]``."""
+        if corpora is not None and not corpora:
+            # An empty list is more likely a caller's bug than a wish for the whole scope.
+            raise InputError("corpora is empty: name at least one corpus, or pass None for "
+                             "every corpus in the route's scope")  # fmt: skip
         s = self.settings.search
         return self._dep.governed.search(
             principal,
             query,
-            corpora=tuple(corpora) if corpora else None,
+            corpora=tuple(corpora) if corpora is not None else None,
             route_id=route,
             session_id=session,
             strategy=strategy or s.default_strategy,
