@@ -327,3 +327,14 @@ def test_no_import_cycles() -> None:
     assert unknown == [], "import cycles (a module reaches itself through its imports)"
     gone = [sorted(c) for c in KNOWN_CYCLES if c not in found]
     assert gone == [], "these cycles are gone or changed: update KNOWN_CYCLES"
+
+
+BENCH = SRC.parents[1] / "bench"
+
+
+def test_the_benchmarks_have_no_import_cycles() -> None:
+    # What benchmarks share is bench/common.py: a benchmark never imports the command
+    # (bench/run.py) that imports it.
+    graph = import_graph(BENCH)
+    assert cycles(graph) == []
+    assert [m for m, targets in graph.items() if "bench.run" in targets] == []
