@@ -124,3 +124,26 @@ def test_the_template_cannot_be_dropped(databases: PostgresDatabases) -> None:
     with pytest.raises(ValueError, match="template"):
         databases.drop("govrag_template")
     assert isinstance(databases.database("govrag_template"), TestDatabase)
+
+
+def test_names_are_checked_before_they_reach_sql(databases: PostgresDatabases) -> None:
+    for hostile in ['x" WITH (FORCE); DROP DATABASE "postgres', "Upper", "a-b", ""]:
+        with pytest.raises(ValueError, match="plain lower-case name"):
+            databases.drop(hostile)
+        with pytest.raises(ValueError, match="plain lower-case name"):
+            databases.database(hostile)
+        with pytest.raises(ValueError, match="plain lower-case name"):
+            PostgresDatabases(databases.server, app_role=hostile)
+    assert databases.server.ping()
+
+
+def test_a_template_held_open_is_named_in_the_error(databases: PostgresDatabases) -> None:
+    import psycopg
+
+    held = psycopg.connect(databases.database("govrag_template").admin_url)
+    try:
+        with pytest.raises(RuntimeError, match="template database 'govrag_template' is in use"):
+            databases.new()
+    finally:
+        held.close()
+    databases.drop(databases.new())

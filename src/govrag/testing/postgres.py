@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import quote
@@ -36,6 +37,14 @@ from govrag.testing.pg_server import PgServer, running_server
 APP_ROLE = "govrag_app"
 #: The migrated database every test database is copied from.
 TEMPLATE = "govrag_template"
+#: Role and database names: plain lower-case identifiers, quoted nowhere and safe everywhere.
+NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+def _checked(kind: str, name: str) -> str:
+    if not NAME.match(name):
+        raise ValueError(f"{kind} {name!r} must match {NAME.pattern} (a plain lower-case name)")
+    return name
 
 
 class TestDatabase(BaseModel):
@@ -63,7 +72,7 @@ class PostgresDatabases:
 
     def __init__(self, server: PgServer, *, app_role: str = APP_ROLE) -> None:
         self.server = server
-        self.app_role = app_role
+        self.app_role = _checked("app_role", app_role)
         self._numbers = itertools.count()
 
     @classmethod
@@ -84,6 +93,7 @@ class PostgresDatabases:
         when psycopg or the server binaries are missing, ``RuntimeError`` when this machine
         cannot run the server otherwise.
         """
+        _checked("app_role", app_role)
         require_server()
         with running_server(directory) as server:
             databases = cls(server, app_role=app_role)
@@ -95,6 +105,7 @@ class PostgresDatabases:
 
     def database(self, name: str) -> TestDatabase:
         """The URLs of the existing database ``name``."""
+        _checked("database", name)
         admin_url = self.server.dsn_for(name)
         app_url = (
             f"postgresql://{quote(self.app_role)}@{self.server.host}:{self.server.port}/{name}"
@@ -103,14 +114,22 @@ class PostgresDatabases:
 
     def new(self) -> TestDatabase:
         """A fresh database, a copy of the template (no other connection may hold it)."""
+        import psycopg
+
         name = f"test_{next(self._numbers)}"
         with self.server.connect(autocommit=True) as admin:
-            admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}"')
+            try:
+                admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}"')
+            except psycopg.errors.ObjectInUse as exc:
+                raise RuntimeError(
+                    f"the template database {TEMPLATE!r} is in use, so it cannot be copied: "
+                    "close every connection to it (a store opened in prepare must be closed)"
+                ) from exc
         return self.database(name)
 
     def drop(self, database: TestDatabase | str) -> None:
         """Drop a test database, disconnecting whoever still uses it."""
-        name = database if isinstance(database, str) else database.name
+        name = _checked("database", database if isinstance(database, str) else database.name)
         if name == TEMPLATE:
             raise ValueError(f"{name!r} is the template every test database is copied from")
         if not self.server.running:  # a test that stopped the server on purpose
