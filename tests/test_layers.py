@@ -47,7 +47,9 @@ LEVELS = {
     "app": 12,
     "__init__": 13, "demo": 13,
     # The edges, and helpers for users' own tests: nothing in src imports them.
-    "cli": 14, "server": 14, "__main__": 14, "testing": 14,
+    "cli": 14, "server": 14, "testing": 14,
+    # ``python -m govrag``: runs the CLI.
+    "__main__": 15,
 }  # fmt: skip
 
 #: Edge packages: only they know the CLI, HTTP and MCP.
