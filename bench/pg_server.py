@@ -82,7 +82,7 @@ def restart_server(root: Path, port: int) -> PgServer:
         )
         # The helper keeps port and listen settings in its own include file; rewrite it for
         # this port (the benchmark's settings are in postgresql.auto.conf and stay).
-        server._write_settings()
+        server.write_settings()
         try:
             # Generous: a server that was killed replays WAL first.
             server.start(timeout=600)

@@ -62,22 +62,22 @@ class NoAcl:
         scope: AccessScope,
         terms: Sequence[str],
         *,
-        restricted: bool,
+        acl: bool,
         doc_ids: Sequence[int] | None,
         limit: int,
     ) -> list[tuple[int, float]]:
-        return self._store.lexical_leg(scope, terms, restricted=False, doc_ids=doc_ids, limit=limit)
+        return self._store.lexical_leg(scope, terms, acl=False, doc_ids=doc_ids, limit=limit)
 
     def vector_leg(
         self,
         scope: AccessScope,
         query: F32,
         *,
-        restricted: bool,
+        acl: bool,
         doc_ids: Sequence[int] | None,
         limit: int,
     ) -> tuple[list[tuple[int, float]], bool]:
-        return self._store.vector_leg(scope, query, restricted=False, doc_ids=doc_ids, limit=limit)
+        return self._store.vector_leg(scope, query, acl=False, doc_ids=doc_ids, limit=limit)
 
     def readable_chunks(self, scope: AccessScope, chunk_ids: Sequence[int]) -> set[int]:
         self._store.readable_chunks(scope, chunk_ids)
@@ -115,7 +115,7 @@ def leg_system(
 
     def leg(query: str) -> tuple[list[int], bool]:
         hits, truncated = store.vector_leg(
-            scope, vectors[query], restricted=True, doc_ids=None, limit=limit
+            scope, vectors[query], acl=True, doc_ids=None, limit=limit
         )
         return [int(chunk_doc[c]) for c, _ in hits], truncated
 
@@ -189,7 +189,7 @@ def explain_vector_leg(
 
     pg_base.PgConn.execute = capture  # type: ignore[method-assign]
     try:
-        store.vector_leg(scope, query, restricted=True, doc_ids=None, limit=limit)
+        store.vector_leg(scope, query, acl=True, doc_ids=None, limit=limit)
     finally:
         pg_base.PgConn.execute = original  # type: ignore[method-assign]
     plans: list[str] = []
