@@ -232,6 +232,21 @@ def test_only_the_edges_know_the_cli() -> None:
     assert users == []
 
 
+#: What the HTTP and MCP adapters may import: the application API and the value types and
+#: errors it speaks in (``server/`` does not exist yet; this is its rule from day one).
+SERVER_MAY_IMPORT = {"server", "__init__", "app", "types", "errors"}
+
+
+def test_the_server_calls_only_the_application_api() -> None:
+    broken = [
+        f"{path.relative_to(SRC)} imports govrag.{name}"
+        for module, path in sources().items()
+        if top(module) == "server"
+        for name in sorted(imported(path, module) - SERVER_MAY_IMPORT)
+    ]
+    assert broken == []
+
+
 def test_known_edge_imports_still_exist() -> None:
     present = {
         (top(module), name) for module, path in sources().items() for name in imported(path, module)
