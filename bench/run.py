@@ -24,140 +24,26 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import bm25s
 import numpy as np
-import numpy.typing as npt
 
 from bench import scifact, synthetic
-from govrag.embed.hashing import HashEmbedder
+from bench.baseline import Access, Baseline
+from bench.common import TOP_K, WARMUP, System, ratio, say, time_interleaved
 from govrag.eval.metrics import percentile
-from govrag.settings import SearchSettings
-from govrag.store.analyzer import default_analyzer
 from govrag.store.sqlite import SQLiteStore
 from govrag.types import Principal, SearchRequest, Strategy
 
 OUT_DIR = Path(__file__).resolve().parent / "out"
-WARMUP = 5
-TOP_K = 10
-#: How many candidates the baseline's hybrid fuses from each leg: govrag's defaults.
-FUSION = SearchSettings()
-RRF_K = 60
 #: Latency targets printed beside govrag's figures.
 KEYWORD_P50_MS = 5.0
 HYBRID_P50_MS = 20.0
 HYBRID_VS_UNFILTERED = 1.5
 STRATEGIES = (Strategy.KEYWORD, Strategy.SEMANTIC, Strategy.HYBRID)
-
-F32 = npt.NDArray[np.float32]
-BoolArray = npt.NDArray[np.bool_]
-
-
-def say(message: str) -> None:
-    print(message, flush=True)
-
-
-# -- baselines -----------------------------------------------------------------------------------
-def rrf_fuse(legs: Sequence[Sequence[int]], k: int = RRF_K) -> list[int]:
-    """Reciprocal Rank Fusion: ``sum(1 / (k + rank))`` over legs, rank from 1; ties by id."""
-    scores: dict[int, float] = {}
-    for ids in legs:
-        for rank, item in enumerate(ids, start=1):
-            scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
-    return [item for item, _ in sorted(scores.items(), key=lambda p: (-p[1], p[0]))]
-
-
-@dataclass(frozen=True)
-class Access:
-    """A probe's ACL in the two forms the baselines take, both precomputed outside timing."""
-
-    weights: F32  # bm25s weight_mask: 1.0 readable, 0.0 not
-    allowed: BoolArray  # numpy mask over matrix rows
-
-
-class Baseline:
-    """bm25s over govrag's analyzer tokens, and exact numpy search over the same vectors.
-
-    Both are indexed by document position, which is the synthetic document number, so their
-    results compare directly with govrag's hits.
-    """
-
-    def __init__(self, texts: list[str]) -> None:
-        self.analyzer = default_analyzer()
-        started = time.perf_counter()
-        self.bm25 = bm25s.BM25(k1=1.2, b=0.75, method="lucene")
-        self.bm25.index([self.analyzer.analyze(t) for t in texts], show_progress=False)
-        self.bm25_s = time.perf_counter() - started
-        started = time.perf_counter()
-        # A separate embedder instance: its feature caches warm up on the corpus, as the
-        # store's embedder's did at ingest. Vectors are bit-identical across instances.
-        self.embedder = HashEmbedder(dim=synthetic.EMBED_DIM)
-        self.matrix: F32 = np.ascontiguousarray(
-            self.embedder.embed_documents(texts, batch_size=1024)
-        )
-        self.embed_s = time.perf_counter() - started
-        self.n = len(texts)
-
-    def keyword(self, query: str, access: Access | None, k: int = TOP_K) -> list[int]:
-        tokens = self.analyzer.analyze(query)
-        if not tokens:
-            return []
-        result = self.bm25.retrieve(
-            [tokens],
-            k=min(k, self.n),
-            show_progress=False,
-            weight_mask=None if access is None else access.weights,
-        )
-        # A zero score is a masked or non-matching document that only fills up the top-k.
-        return [int(i) for i, s in zip(result.documents[0], result.scores[0], strict=True) if s > 0]
-
-    def semantic(self, query: str, access: Access | None, k: int = TOP_K) -> list[int]:
-        scores = self.matrix @ self.embedder.embed_query(query)
-        if access is not None:
-            scores = np.where(access.allowed, scores, -np.inf)
-        k = min(k, self.n)
-        top = np.argpartition(-scores, k - 1)[:k] if k < self.n else np.arange(self.n)
-        top = top[np.argsort(-scores[top], kind="stable")]
-        return [int(i) for i in top if scores[i] > -np.inf]
-
-    def hybrid(self, query: str, access: Access | None, k: int = TOP_K) -> list[int]:
-        keyword_depth, vector_depth = FUSION.hybrid_depths(k)
-        lexical = self.keyword(query, access, keyword_depth)
-        vector = self.semantic(query, access, vector_depth)
-        return rrf_fuse([lexical, vector])[:k]
-
-    def search(self, strategy: Strategy, query: str, access: Access | None) -> list[int]:
-        if strategy is Strategy.KEYWORD:
-            return self.keyword(query, access)
-        if strategy is Strategy.SEMANTIC:
-            return self.semantic(query, access)
-        return self.hybrid(query, access)
-
-
-# -- timing --------------------------------------------------------------------------------------
-@dataclass
-class Series:
-    """Latencies of one (system, strategy, probe) series and the documents each query found."""
-
-    ms: list[float]
-    docs: list[list[int]]
-    hidden: list[bool]
-
-    def summary(self) -> dict[str, float]:
-        return {
-            "p50_ms": round(percentile(self.ms, 50), 3),
-            "p95_ms": round(percentile(self.ms, 95), 3),
-            "mean_ms": round(statistics.fmean(self.ms), 3),
-        }
-
-
-#: A system under test: query -> (document numbers found, hidden-item marker present).
-System = Callable[[str], tuple[list[int], bool]]
 
 
 def govrag_system(store: SQLiteStore, principal: Principal, strategy: Strategy) -> System:
@@ -175,31 +61,6 @@ def baseline_system(baseline: Baseline, strategy: Strategy, access: Access | Non
     return search
 
 
-def time_interleaved(systems: dict[str, System], queries: list[str]) -> dict[str, Series]:
-    """Time every system on every query, interleaved query by query.
-
-    Interleaving (with the order rotated per query) spreads any transient slowdown of the
-    machine over all systems alike, so the ratios between them stay meaningful on a noisy host.
-    Each system first runs the warm-up queries untimed. The timed span is the whole call;
-    for govrag that is ``store.search`` (request construction included) and mapping hit ids,
-    which costs microseconds.
-    """
-    names = list(systems)
-    for name in names:
-        for query in queries[:WARMUP]:
-            systems[name](query)
-    out = {name: Series([], [], []) for name in names}
-    for i, query in enumerate(queries):
-        shift = i % len(names)
-        for name in names[shift:] + names[:shift]:
-            t0 = time.perf_counter()
-            docs, hidden = systems[name](query)
-            out[name].ms.append((time.perf_counter() - t0) * 1000)
-            out[name].docs.append(docs)
-            out[name].hidden.append(hidden)
-    return out
-
-
 def overlap_at_k(a: list[list[int]], b: list[list[int]]) -> float:
     """Mean |A ∩ B| / max(|A|, |B|) over queries (1.0 when both are empty)."""
     values = [
@@ -210,10 +71,6 @@ def overlap_at_k(a: list[list[int]], b: list[list[int]]) -> float:
 
 
 # -- synthetic benchmark -------------------------------------------------------------------------
-def _ratio(a: float, b: float) -> float | None:
-    return round(a / b, 2) if b > 0 else None
-
-
 def run_synthetic(n_docs: int, n_queries: int, seed: int) -> dict[str, Any]:
     started = time.perf_counter()
     corpus = synthetic.generate(n_docs, seed)
@@ -268,16 +125,14 @@ def run_synthetic(n_docs: int, n_queries: int, seed: int) -> dict[str, Any]:
                     "govrag_no_marker": plain.summary(),
                     "baseline_masked": masked.summary(),
                     "baseline_unfiltered": unfiltered.summary(),
-                    "ratio_vs_masked_p50": _ratio(
-                        percentile(gov.ms, 50), percentile(masked.ms, 50)
-                    ),
-                    "ratio_vs_unfiltered_p50": _ratio(
+                    "ratio_vs_masked_p50": ratio(percentile(gov.ms, 50), percentile(masked.ms, 50)),
+                    "ratio_vs_unfiltered_p50": ratio(
                         percentile(gov.ms, 50), percentile(unfiltered.ms, 50)
                     ),
-                    "no_marker_ratio_vs_masked_p50": _ratio(
+                    "no_marker_ratio_vs_masked_p50": ratio(
                         percentile(plain.ms, 50), percentile(masked.ms, 50)
                     ),
-                    "marker_cost_p50": _ratio(percentile(gov.ms, 50), percentile(plain.ms, 50)),
+                    "marker_cost_p50": ratio(percentile(gov.ms, 50), percentile(plain.ms, 50)),
                     "overlap@10_vs_masked": overlap_at_k(gov.docs, masked.docs),
                     "hidden_marker_rate": round(statistics.fmean(gov.hidden), 3),
                     "mean_hits": round(statistics.fmean(len(d) for d in gov.docs), 2),

@@ -3,7 +3,6 @@ LLM stand-ins at the transport (a scripted OpenAI-compatible server, a payload s
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -13,7 +12,6 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, settings
 
-from embedded_pg import skip_module_unless_available
 from govrag.agent.llm import LlmReply, Message
 from govrag.agent.openai_chat import OpenAIChatClient
 from govrag.embed.hashing import HashEmbedder
@@ -22,6 +20,12 @@ from govrag.harvest.records import DocumentRecord, GroupRecord, IdentityRecord, 
 from govrag.settings import SearchSettings
 from govrag.store.protocol import KnowledgeStore
 from govrag.store.sqlite import SQLiteStore
+from govrag.testing import (
+    APP_ROLE,
+    PostgresDatabases,
+    TestDatabase,
+    skip_module_unless_available,
+)
 from govrag.types import Classification, Principal
 
 # No test may depend on timing or machine load: Hypothesis's per-example deadline and its
@@ -31,8 +35,8 @@ settings.register_profile("govrag", deadline=None, suppress_health_check=[Health
 settings.load_profile("govrag")
 
 if TYPE_CHECKING:
-    from embedded_pg import PgServer
     from govrag.store.postgres import PostgresStore
+    from govrag.testing import PgServer
 
 
 def make_store(root: Path, **search: Any) -> SQLiteStore:
@@ -51,28 +55,35 @@ StoreFactory = Callable[..., KnowledgeStore]
 BACKENDS = ["sqlite", "postgres"]
 #: The application role PostgreSQL stores connect as: it owns nothing, so the forced
 #: row-level security policies always apply to it.
-PG_APP_ROLE = "govrag_app"
-_TEMPLATE_DB = "govrag_template"
-_db_numbers = itertools.count()
+PG_APP_ROLE = APP_ROLE
+#: pg_cluster's template databases, by server port (new_pg_database is given the server).
+_pg_databases: dict[int, PostgresDatabases] = {}
 
 
 @pytest.fixture(scope="session")
 def pg_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
-    """One PostgreSQL server for the session, with a migrated template database."""
+    """One PostgreSQL server for the session (per xdist worker), with a migrated template
+    database (govrag.testing, as users test their deployments)."""
     skip_module_unless_available()
-    from embedded_pg import running_server
+    directory = tmp_path_factory.mktemp("pg")
+    with PostgresDatabases.started(directory, prepare=_prepare_template) as databases:
+        _pg_databases[databases.server.port] = databases
+        yield databases.server
+        del _pg_databases[databases.server.port]
 
-    with running_server(tmp_path_factory.mktemp("pg")) as pg:
-        with pg.connect(autocommit=True) as admin:
-            admin.execute(f"CREATE ROLE {PG_APP_ROLE} LOGIN")
-        dsn = pg.create_database(_TEMPLATE_DB)
-        make_pg_store(pg, dsn, None).close()  # migrated, vector index made, then copied
-        yield pg
+
+def _prepare_template(database: TestDatabase) -> None:
+    # Migrated and the 64-dimension vector index made, then copied for each test.
+    _pg_store(database.admin_url, None).close()
 
 
 def make_pg_store(
     pg: PgServer, admin_dsn: str, index_dir: Path | None, **search: Any
 ) -> PostgresStore:
+    return _pg_store(admin_dsn, index_dir, **search)
+
+
+def _pg_store(admin_dsn: str, index_dir: Path | None, **search: Any) -> PostgresStore:
     from psycopg.conninfo import make_conninfo
 
     from govrag.store.postgres import PostgresStore
@@ -88,15 +99,11 @@ def make_pg_store(
 
 def new_pg_database(pg: PgServer) -> str:
     """A fresh, migrated database (a copy of the template); returns its superuser DSN."""
-    name = f"g{next(_db_numbers)}"
-    with pg.connect(autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE {_TEMPLATE_DB}')
-    return pg.dsn_for(name)
+    return _pg_databases[pg.port].new().admin_url
 
 
 def drop_pg_database(pg: PgServer, dsn: str) -> None:
-    with pg.connect(autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{dsn.rsplit("/", 1)[1]}" WITH (FORCE)')
+    _pg_databases[pg.port].drop(dsn.rsplit("/", 1)[1])
 
 
 @pytest.fixture(params=BACKENDS)

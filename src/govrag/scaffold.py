@@ -72,7 +72,7 @@ RETRIEVAL_MANIFEST: dict[str, Any] = {
 def _check_scaffold(*, embedder: str, tenant: str, corpora: tuple[str, ...]) -> None:
     """The arguments of :func:`scaffold`, checked as the files written from them would be."""
     from govrag.embed import available_embedders
-    from govrag.routes.models import Retrieval
+    from govrag.types import Retrieval
 
     if embedder not in available_embedders():
         raise InputError(f"--embedder {embedder!r} is unknown; use one of: "

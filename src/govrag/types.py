@@ -112,6 +112,35 @@ class Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+#: Corpus, route, tool and workflow ids: what the deployment files use as keys.
+Ident = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")]
+#: What a tool does; the PDP groups the actions of each kind (see :data:`ACTION_GROUP_PREFIX`).
+ToolKind = Literal["retrieve", "list", "metadata", "other"]
+#: Cedar action ids ``kind:<kind>`` group the actions of each tool kind (the PDP's entities).
+ACTION_GROUP_PREFIX = "kind:"
+RetrievalMode = Literal["none", "deterministic_prefetch", "tool"]
+
+
+class Retrieval(Frozen):
+    """One route's permit for retrieval: whether it happens, who starts it, over what.
+
+    Routes grant it and the PEP enforces it, so it lives here: the policy layer names it
+    without importing the route table.
+    """
+
+    mode: RetrievalMode = "none"
+    #: Hard allowlist of corpus ids; the PEP denies every other corpus.
+    scope: tuple[Ident, ...] = ()
+
+    @field_validator("scope")
+    @classmethod
+    def _unique(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        duplicates = sorted({c for c in value if value.count(c) > 1})
+        if duplicates:
+            raise ValueError(f"corpus {duplicates[0]!r} is listed twice; list each corpus once")
+        return value
+
+
 Identifier = Annotated[str, StringConstraints(min_length=1, max_length=256, strip_whitespace=True)]
 
 

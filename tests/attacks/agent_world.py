@@ -18,7 +18,7 @@ import pytest
 
 from govrag.agent.llm import LlmReply, Message, ToolCall
 from govrag.deployment import Deployment
-from govrag.policy.pdp import default_bundle
+from govrag.policy.bundle import default_bundle
 from govrag.scaffold import RETRIEVAL_MANIFEST
 
 from conftest import PG_APP_ROLE, doc, drop_pg_database, ident, load, new_pg_database

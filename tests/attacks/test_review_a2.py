@@ -226,7 +226,7 @@ def test_a6_a_policy_file_the_loader_skips_is_refused_not_ignored(
     tmp_path: Path, name: str
 ) -> None:
     from govrag.errors import ConfigError
-    from govrag.policy.pdp import default_bundle
+    from govrag.policy.bundle import default_bundle
 
     root = tmp_path / "dep"
     bundle = root / "policies" / "bank"

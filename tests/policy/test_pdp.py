@@ -12,8 +12,8 @@ import cedarpy
 import pytest
 
 from govrag.policy import CedarPDP, SaracRequest, default_bundle
+from govrag.policy.bundle import PolicyBundle
 from govrag.policy.pdp import cedar_request, entities
-from govrag.routes.config import PolicyBundle
 from govrag.types import Classification
 
 C = Classification

@@ -13,13 +13,12 @@ import pytest
 
 from govrag.errors import StoreError
 from govrag.policy import CedarPDP, default_bundle
+from govrag.policy.bundle import PolicyBundle
 from govrag.policy.pdp import cedar_request, entities
 from govrag.policy.pep import Enforced, PolicyEnforcementPoint, Proposal
 from govrag.policy.sarac import Decision, SaracRequest
-from govrag.routes.config import PolicyBundle
-from govrag.routes.models import Retrieval
 from govrag.store.sqlite import SQLiteStore
-from govrag.types import Classification, Principal
+from govrag.types import Classification, Principal, Retrieval
 
 C = Classification
 PREFETCH = Retrieval(mode="deterministic_prefetch", scope=("policy-engine", "product-faq"))

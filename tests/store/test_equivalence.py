@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from embedded_pg import PgServer, skip_module_unless_available
+from govrag.testing import PgServer, skip_module_unless_available
 
 skip_module_unless_available()
 

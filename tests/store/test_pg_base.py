@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from embedded_pg import PgServer, free_port, running_server, skip_module_unless_available
+from govrag.testing import PgServer, free_port, running_server, skip_module_unless_available
 
 skip_module_unless_available()
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from embedded_pg import PgServer, running_server, skip_module_unless_available
+from govrag.testing import PgServer, running_server, skip_module_unless_available
 
 skip_module_unless_available()
 

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from embedded_pg import PgServer, skip_module_unless_available
+from govrag.testing import PgServer, skip_module_unless_available
 
 skip_module_unless_available()
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from embedded_pg import PgServer, running_server, skip_module_unless_available
+from govrag.testing import PgServer, running_server, skip_module_unless_available
 
 skip_module_unless_available()
 
@@ -237,7 +237,7 @@ def test_eval_runs_unchanged_on_postgres(pg_cluster: PgServer, db: str, tmp_path
 
 
 def test_an_unreachable_server_is_one_clear_cli_error(tmp_path: Path) -> None:
-    from embedded_pg import free_port
+    from govrag.testing import free_port
 
     dep = write_deployment(tmp_path, f"postgresql://postgres:pw@127.0.0.1:{free_port()}/x")
     done = govrag(dep, "search", "wire", "--as", "ana")

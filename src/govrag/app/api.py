@@ -188,7 +188,7 @@ class Govrag:
         anything else is the same :class:`NotFoundError`, so a click tests nothing."""
         from govrag.agent.retrieve import RETRIEVE_TOOL
         from govrag.policy.pep import Proposal
-        from govrag.routes.models import Retrieval
+        from govrag.types import Retrieval
 
         store = self._dep.store
         corpus = store.readable_corpus(principal, source_system, external_id)

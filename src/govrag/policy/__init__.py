@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from govrag.policy.pdp import DEFAULT_BUNDLE, CedarPDP, default_bundle
+from govrag.policy.bundle import DEFAULT_BUNDLE, PolicyBundle, default_bundle
+from govrag.policy.pdp import CedarPDP
 from govrag.policy.sarac import Decision, RequestContext, Resource, SaracRequest, Subject
 
 __all__ = [
-    "DEFAULT_BUNDLE", "CedarPDP", "Decision", "RequestContext", "Resource", "SaracRequest",
-    "Subject", "default_bundle",
+    "DEFAULT_BUNDLE", "CedarPDP", "Decision", "PolicyBundle", "RequestContext", "Resource",
+    "SaracRequest", "Subject", "default_bundle",
 ]  # fmt: skip

@@ -14,12 +14,12 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
+from govrag.policy.bundle import PolicyBundle
 from govrag.policy.sarac import Decision, Reason, SaracRequest
-from govrag.routes.config import DEFAULT_BUNDLE, PolicyBundle, default_bundle
-from govrag.routes.models import ACTION_GROUP_PREFIX
+from govrag.types import ACTION_GROUP_PREFIX
 
 log = logging.getLogger("govrag.policy")
-__all__ = ["DEFAULT_BUNDLE", "CedarPDP", "cedar_request", "default_bundle", "entities"]
+__all__ = ["CedarPDP", "cedar_request", "entities"]
 
 #: How long one decision may take before it is a DENY.
 DEFAULT_TIMEOUT_S = 2.0

@@ -41,9 +41,15 @@ from govrag.gateway import ContextPack, Gateway
 from govrag.policy.marker import MarkerGate
 from govrag.policy.pdp import CedarPDP
 from govrag.policy.sarac import Decision, SaracRequest
-from govrag.routes.models import Retrieval, ToolKind
 from govrag.store.protocol import KnowledgeStore
-from govrag.types import ChunkOrigin, Classification, Principal, SearchRequest
+from govrag.types import (
+    ChunkOrigin,
+    Classification,
+    Principal,
+    Retrieval,
+    SearchRequest,
+    ToolKind,
+)
 
 log = logging.getLogger("govrag.policy")
 T = TypeVar("T")

@@ -14,8 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from govrag.routes.models import Ident, ToolKind
-from govrag.types import Classification
+from govrag.types import Classification, Ident, ToolKind
 
 Verdict = Literal["ALLOW", "DENY"]
 #: Why a request was decided so; DENY reasons never say whether matching documents exist.

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from govrag.routes.config import DeploymentConfig, PolicyBundle, Problem, check_config, load_config
-from govrag.routes.models import Manifest, Retrieval, Route, Stage, Tool, Workflow
+from govrag.policy.bundle import PolicyBundle
+from govrag.problems import Problem
+from govrag.routes.config import DeploymentConfig, check_config, load_config
+from govrag.routes.models import Manifest, Route, Stage, Tool, Workflow
+from govrag.types import Retrieval
 
 __all__ = [
     "DeploymentConfig", "Manifest", "PolicyBundle", "Problem", "Retrieval", "Route", "Stage",

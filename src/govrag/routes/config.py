@@ -21,50 +21,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from govrag import deployfile
-from govrag.errors import ConfigError, ConfigFileError, validation_problems
-from govrag.routes.models import (
-    NO_MANIFEST,
-    BundleInfo,
-    Manifest,
-    Route,
-    Workflow,
-)
+from govrag.errors import ConfigError
+from govrag.policy.bundle import PolicyBundle, bundle_for, load_bundles
+from govrag.problems import Collector, Problem
+from govrag.routes.models import NO_MANIFEST, Manifest, Route, Workflow
+
+# Policy bundles are the policy layer's; the deployment config holds them (and callers of
+# check_config receive its problems), so both names stay importable from here.
+__all__ = [
+    "DeploymentConfig", "PolicyBundle", "Problem", "check_config", "describe_problems",
+    "load_config",
+]  # fmt: skip
 
 M = TypeVar("M", bound=BaseModel)
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong with a deployment file."""
-
-    path: str
-    field: str
-    message: str
-    warning: bool = False
-
-    def __str__(self) -> str:
-        where = f"{self.path}: {self.field}" if self.field else self.path
-        return f"{'warning' if self.warning else 'error'}: {where}: {self.message}"
-
-
-@dataclass(frozen=True)
-class PolicyBundle:
-    name: str
-    version: str
-    path: Path
-    #: Every ``*.cedar`` file of the bundle, concatenated in name order.
-    policies: str
-    schema: str | None = None
-    #: Route ``policy_profile`` names this bundle serves besides its own name.
-    profiles: tuple[str, ...] = ()
-
-    @property
-    def policy_version(self) -> str:
-        """What decisions record, e.g. ``pgar.retrieval.corpus/v3``."""
-        return f"{self.name}/{self.version}"
 
 
 @dataclass(frozen=True)
@@ -79,60 +50,7 @@ class DeploymentConfig:
 
     def bundle_for(self, profile: str) -> PolicyBundle | None:
         """The bundle a route's ``policy_profile`` (a bundle name or a declared profile) names."""
-        return _bundle_for(self.bundles, profile)
-
-
-def _bundle_for(bundles: dict[str, PolicyBundle], profile: str) -> PolicyBundle | None:
-    if profile in bundles:
-        return bundles[profile]
-    return next((b for b in bundles.values() if profile in b.profiles), None)
-
-
-class _Collector:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.problems: list[Problem] = []
-        #: Folders (``manifests``, ...) with a file that did not load: a reference into
-        #: them that finds nothing is that file's problem, already reported, not another.
-        self.incomplete: set[str] = set()
-
-    def rel(self, path: Path) -> str:
-        try:
-            return str(path.relative_to(self.root))
-        except ValueError:
-            return str(path)
-
-    def add(self, path: Path, fld: str, message: str, *, warning: bool = False) -> None:
-        self.problems.append(Problem(self.rel(path), fld, message, warning))
-
-    def failed(self, path: Path) -> None:
-        """``path`` (a file or a bundle directory) did not load."""
-        self.incomplete.add(self.rel(path).split("/", 1)[0])
-
-    def read_json(self, path: Path) -> Any:
-        """Strict JSON (see :mod:`govrag.deployfile`); ``None`` and a problem otherwise."""
-        try:
-            return deployfile.read_json(path)
-        except ConfigFileError as exc:
-            self.add(path, "", exc.detail)
-            self.failed(path)
-        return None
-
-    def read_cedar(self, path: Path) -> str | None:
-        try:
-            return deployfile.read_cedar(path)
-        except ConfigFileError as exc:
-            self.add(path, "", exc.detail)
-        return None
-
-    def model(self, model: type[M], data: Any, path: Path, prefix: str = "") -> M | None:
-        try:
-            return model.model_validate(data)
-        except ValidationError as exc:
-            for loc, message in validation_problems(exc):
-                self.add(path, ".".join(p for p in (prefix, loc) if p), message)
-            self.failed(path)
-        return None
+        return bundle_for(self.bundles, profile)
 
 
 def _json_files(root: Path, folder: str) -> list[Path]:
@@ -140,7 +58,7 @@ def _json_files(root: Path, folder: str) -> list[Path]:
     return sorted(directory.glob("*.json")) if directory.is_dir() else []
 
 
-def _load_routes(c: _Collector) -> dict[str, tuple[Route, Path]]:
+def _load_routes(c: Collector) -> dict[str, tuple[Route, Path]]:
     routes: dict[str, tuple[Route, Path]] = {}
     for path in _json_files(c.root, "routes"):
         data = c.read_json(path)
@@ -165,7 +83,7 @@ def _load_routes(c: _Collector) -> dict[str, tuple[Route, Path]]:
     return routes
 
 
-def _load_keyed(c: _Collector, folder: str, model: type[M], key: str) -> dict[str, tuple[M, Path]]:
+def _load_keyed(c: Collector, folder: str, model: type[M], key: str) -> dict[str, tuple[M, Path]]:
     out: dict[str, tuple[M, Path]] = {}
     for path in _json_files(c.root, folder):
         data = c.read_json(path)
@@ -182,7 +100,7 @@ def _load_keyed(c: _Collector, folder: str, model: type[M], key: str) -> dict[st
     return out
 
 
-def _check_tools(c: _Collector, manifests: dict[str, tuple[Manifest, Path]]) -> None:
+def _check_tools(c: Collector, manifests: dict[str, tuple[Manifest, Path]]) -> None:
     from jsonschema import SchemaError
     from jsonschema.validators import validator_for
 
@@ -203,102 +121,8 @@ def _check_tools(c: _Collector, manifests: dict[str, tuple[Manifest, Path]]) -> 
                 )
 
 
-#: The bundle shipped with govrag; a ``policies/`` bundle of the same name replaces it.
-DEFAULT_BUNDLE = "pgar.retrieval.corpus"
-
-
-def _builtin_bundle_dir() -> Path:
-    from importlib import resources
-
-    return Path(str(resources.files("govrag.policy") / "bundles" / DEFAULT_BUNDLE))
-
-
-def default_bundle() -> PolicyBundle:
-    """The bundle shipped with govrag (``pgar.retrieval.corpus`` v2)."""
-    c = _Collector(_builtin_bundle_dir())
-    bundle = _read_bundle(c, c.root)
-    if bundle is None:  # a broken installation, not a user error
-        raise ConfigError(f"the built-in policy bundle is damaged: {c.problems}")
-    return bundle
-
-
-def _read_bundle(c: _Collector, directory: Path) -> PolicyBundle | None:
-    import cedarpy
-
-    meta = directory / "bundle.json"
-    if not meta.is_file():
-        c.add(directory, "", 'has no bundle.json; add {"name": ..., "version": ...}')
-        c.failed(directory)
-        return None
-    data = c.read_json(meta)
-    info = c.model(BundleInfo, data, meta) if data is not None else None
-    # Every file of the folder is read or refused, never skipped: a forbid saved under a
-    # name the loader passed over would silently permit what it was written to refuse.
-    files: list[Path] = []
-    schemas: list[Path] = []
-    for entry in sorted(directory.iterdir()):
-        suffix = entry.suffix.casefold()
-        if entry.name.startswith(".") or entry == meta:
-            continue
-        if entry.is_file() and suffix == ".cedar":
-            files.append(entry)
-        elif entry.is_file() and suffix == ".cedarschema":
-            schemas.append(entry)
-        else:
-            c.add(entry, "", "is neither a policy (*.cedar), a schema (*.cedarschema) nor "
-                  "bundle.json, and would not be read; rename or remove it")  # fmt: skip
-            c.failed(directory)
-    if len(schemas) > 1:
-        c.add(directory, "", f"holds {len(schemas)} *.cedarschema files; keep one")
-        c.failed(directory)
-    if not files:
-        c.add(directory, "", "holds no *.cedar policy file")
-    texts = []
-    for file in files:
-        text = c.read_cedar(file)  # checked first: deep nesting crashes Cedar's parser
-        if text is None:
-            continue
-        try:
-            cedarpy.policies_to_json_str(text)
-        except ValueError as exc:
-            c.add(file, "", f"is not valid Cedar: {exc}")
-        texts.append(text)
-    schema = c.read_cedar(schemas[0]) if len(schemas) == 1 else None
-    if info is None or not files or len(texts) < len(files) or (schemas and schema is None):
-        c.failed(directory)
-        return None
-    return PolicyBundle(
-        info.name, info.version, directory, "\n".join(texts), schema, tuple(info.profiles)
-    )
-
-
-def _load_bundles(c: _Collector) -> dict[str, PolicyBundle]:
-    bundles: dict[str, PolicyBundle] = {}
-    base = c.root / "policies"
-    for directory in sorted(p for p in base.iterdir() if p.is_dir()) if base.is_dir() else []:
-        bundle = _read_bundle(c, directory)
-        if bundle is None:
-            continue
-        if bundle.name in bundles:
-            c.add(directory / "bundle.json", "name", f"duplicate bundle name {bundle.name!r}")
-            continue
-        for profile in bundle.profiles:
-            other = _bundle_for(bundles, profile)
-            if other is not None:
-                c.add(
-                    directory / "bundle.json",
-                    "profiles",
-                    f"profile {profile!r} is already served by bundle {other.name!r}; "
-                    "a profile names one bundle",
-                )
-        bundles[bundle.name] = bundle
-    if DEFAULT_BUNDLE not in bundles:
-        bundles[DEFAULT_BUNDLE] = default_bundle()
-    return bundles
-
-
 def _cross_check(
-    c: _Collector,
+    c: Collector,
     routes: dict[str, tuple[Route, Path]],
     manifests: dict[str, tuple[Manifest, Path]],
     workflows: dict[str, tuple[Workflow, Path]],
@@ -308,7 +132,7 @@ def _cross_check(
         profile = route.policy_profile
         if (
             profile is not None
-            and _bundle_for(bundles, profile) is None
+            and bundle_for(bundles, profile) is None
             and "policies" not in c.incomplete
         ):
             c.add(
@@ -400,12 +224,12 @@ def _missing(kind: str, name: str, known: dict[str, Any], folder: str) -> str:
 
 def check_config(root: Path) -> tuple[DeploymentConfig | None, list[Problem]]:
     """Every problem of the deployment at ``root``; the config when there is no error."""
-    c = _Collector(root)
+    c = Collector(root)
     routes = _load_routes(c)
     manifests = _load_keyed(c, "manifests", Manifest, "manifest_id")
     workflows = _load_keyed(c, "workflows", Workflow, "workflow_id")
     _check_tools(c, manifests)
-    bundles = _load_bundles(c)
+    bundles = load_bundles(c)
     _cross_check(c, routes, manifests, workflows, bundles)
     if any(not p.warning for p in c.problems):
         return None, c.problems

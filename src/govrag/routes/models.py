@@ -2,41 +2,31 @@
 
 Shapes follow seed ``003_*.txt`` (route contract) and DESIGN.md 2.4. Every model forbids
 unknown fields, so a misspelt key is an error naming the file and field, never a silently
-ignored setting.
+ignored setting. The policy bundle's ``bundle.json`` model is the policy layer's
+(:mod:`govrag.policy.bundle`).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-#: Corpus, route, tool and workflow ids: what the deployment files use as keys.
-Ident = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")]
+from govrag.types import ACTION_GROUP_PREFIX, Ident, Retrieval, ToolKind
+
+# ``Retrieval`` (a route's permit) and ``Ident`` are shared value types the PEP names too; they
+# are re-exported here because a route row is where an operator writes them.
+__all__ = [
+    "NO_MANIFEST", "Ident", "LlmRole", "Manifest", "Retrieval", "Route", "Stage", "Tool",
+    "ToolKind", "Workflow",
+]  # fmt: skip
+
 #: A route whose manifest is this has no tools.
 NO_MANIFEST = "none"
-
-Mode = Literal["none", "deterministic_prefetch", "tool"]
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Retrieval(_Model):
-    """One route's permit for retrieval: whether it happens, who starts it, over what."""
-
-    mode: Mode = "none"
-    #: Hard allowlist of corpus ids; the PEP denies every other corpus.
-    scope: tuple[Ident, ...] = ()
-
-    @field_validator("scope")
-    @classmethod
-    def _unique(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        duplicates = sorted({c for c in value if value.count(c) > 1})
-        if duplicates:
-            raise ValueError(f"corpus {duplicates[0]!r} is listed twice; list each corpus once")
-        return value
 
 
 class Route(_Model):
@@ -63,11 +53,6 @@ class Route(_Model):
                 'corpus it may touch in one "scope" list (see the route contract)'
             )
         return {"mode": "none"} if value is None else value
-
-
-ToolKind = Literal["retrieve", "list", "metadata", "other"]
-#: Cedar action ids ``kind:<kind>`` group the actions of each tool kind (the PDP's entities).
-ACTION_GROUP_PREFIX = "kind:"
 
 
 class Tool(_Model):
@@ -128,12 +113,3 @@ class Workflow(_Model):
         if duplicates:
             raise ValueError(f"stage id {duplicates[0]!r} is used twice; stage ids are unique")
         return value
-
-
-class BundleInfo(_Model):
-    """``policies/<bundle>/bundle.json``."""
-
-    name: Ident
-    version: Ident
-    #: Route ``policy_profile`` names this bundle serves (besides its name).
-    profiles: tuple[Ident, ...] = ()

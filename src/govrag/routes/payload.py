@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from govrag.errors import InputError
-from govrag.routes.models import Manifest, Retrieval, Tool
+from govrag.routes.models import Manifest, Tool
+from govrag.types import Retrieval
 
 
 def offered_tools(

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 from govrag.errors import InputError, NotFoundError
 from govrag.routes.config import DeploymentConfig
-from govrag.routes.models import Retrieval, Route
+from govrag.routes.models import Route
 from govrag.store.audit import canonical
 from govrag.store.protocol import KnowledgeStore
-from govrag.types import Principal
+from govrag.types import Principal, Retrieval
 
 
 class PinViolation(InputError):
