@@ -10,14 +10,17 @@ this code does not know is shown as stored, never guessed at, and never fatal.
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from govrag.audit import replay
 from govrag.audit.events import KNOWN_VERSIONS, parse_event, payload_version
+from govrag.cli_agent import print_replay
 from govrag.errors import AuditEventError
 from govrag.store.audit import AuditEvent, canonical
 from govrag.store.protocol import KnowledgeStore
@@ -109,6 +112,12 @@ def test_future_kinds_and_versions_are_shown_as_stored_never_fatal(store: Knowle
     assert "does not match its model" in unrecognised[2]["problem"]
     # What could be read is answered as before.
     assert json.loads(json.dumps(now)) == case["replay"]
+    # The examiner's printout says which events it could not read, and why.
+    out = io.StringIO()
+    print_replay(replay(store, "t1", last["request_id"]), Console(file=out, width=400))
+    text = out.getvalue()
+    assert f"Not understood: event {n + 1} (tool_run)" in text and "version 2 is not" in text
+    assert text.rstrip().endswith("audit chain intact")
 
 
 @pytest.mark.parametrize(
