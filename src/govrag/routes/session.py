@@ -14,6 +14,7 @@ import secrets
 from dataclasses import dataclass
 
 from govrag.audit.events import PinAttempt, PinnedRetrieval, PinViolationEvent, write
+from govrag.audit.trail import recorded
 from govrag.errors import InputError, NotFoundError
 from govrag.routes.config import DeploymentConfig
 from govrag.routes.models import Retrieval, Route
@@ -125,8 +126,8 @@ class Sessions:
         scope: list[str] | None = None,
     ) -> None:
         """Always refused: mode, scope and route are pinned. The attempt is audited."""
-        attempted = {k: v for k, v in (("route_id", route_id), ("mode", mode),
-                                        ("scope", scope)) if v is not None}  # fmt: skip
+        attempted = {k: recorded(v) for k, v in (("route_id", route_id), ("mode", mode),
+                                                  ("scope", scope)) if v is not None}  # fmt: skip
         event = PinViolationEvent(
             sub=session.principal.sub,
             route_id=session.route_id,

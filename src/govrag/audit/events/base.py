@@ -54,7 +54,9 @@ class Record(BaseModel):
     """Base of events and of the records inside them: immutable, unknown fields rejected, and
     a defaulted field left unset by its writer is not written (see the module docstring)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # ``constants``: a non-finite float is written as the json module writes it (``NaN``,
+    # ``Infinity``), as before the models; ``null`` would not read back as a float.
+    model_config = ConfigDict(extra="forbid", frozen=True, ser_json_inf_nan="constants")
 
     @model_serializer(mode="wrap")
     def _as_written(self, handler: SerializerFunctionWrapHandler) -> Any:

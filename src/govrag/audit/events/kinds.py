@@ -83,7 +83,8 @@ def parse_event(kind: str, payload: Mapping[str, Any]) -> AuditEventModel:
             "it with that version, or as raw JSON (`govrag replay --json` shows it as is)"
         )
     version = payload_version(payload)
-    if version not in versions:
+    # ``type(...) is int``: ``True`` and ``1.0`` equal 1 but were never written as a version.
+    if type(version) is not int or version not in versions:
         raise AuditEventError(
             f"audit event kind {kind!r} version {version!r} is not known to this govrag "
             f"(it knows {sorted(versions)}); upgrade govrag to read it"

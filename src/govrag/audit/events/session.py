@@ -32,11 +32,13 @@ class RoutePinned(AuditEventBase):
 
 
 class PinAttempt(Record):
-    """What a refused change of a pinned session asked for (only what it named)."""
+    """What a refused change of a pinned session asked for (only what it named). The values
+    are the caller's, recorded bounded and whatever their type: the attempt is refused and on
+    record however malformed it was."""
 
-    route_id: str | None = None
-    mode: str | None = None
-    scope: tuple[str, ...] | None = None
+    route_id: Recorded = None
+    mode: Recorded = None
+    scope: Recorded = None
 
 
 class PinViolationEvent(AuditEventBase):
