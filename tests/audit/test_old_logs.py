@@ -135,3 +135,43 @@ def test_parse_event_refuses_what_it_cannot_read(
 ) -> None:
     with pytest.raises(AuditEventError, match=message):
         parse_event(kind, payload)
+
+
+class Reader:
+    """The store, recording which reads replay made."""
+
+    def __init__(self, store: KnowledgeStore) -> None:
+        self.store = store
+        self.reads: list[tuple[str, object]] = []
+
+    def audit_events(self, tenant: str, *, request_id: str | None = None) -> list[AuditEvent]:
+        self.reads.append(("events", request_id))
+        return self.store.audit_events(tenant, request_id=request_id)
+
+    def audit_session_pinned(self, tenant: str, session_id: str) -> AuditEvent | None:
+        self.reads.append(("pinned", session_id))
+        return self.store.audit_session_pinned(tenant, session_id)
+
+    def verify_audit(self, tenant: str) -> Any:
+        self.reads.append(("verify", None))
+        return self.store.verify_audit(tenant)
+
+
+def test_replay_reads_one_request_and_its_session_pin_by_index(store: KnowledgeStore) -> None:
+    load_old_log(store)
+    # A later request of a session that another request opened: its pin is found all the same.
+    case = next(c for c in FIXTURE["replays"] if c["request_id"].startswith("turn:"))
+    reader = Reader(store)
+    r = replay(reader, "t1", case["request_id"])
+    assert r.who["route_id"] == "prefetch" and r.who["sub"] == "officer"
+    assert reader.reads == [("events", case["request_id"]), ("pinned", r.who["session_id"]),
+                            ("verify", None)]  # fmt: skip
+
+
+def test_the_session_pin_lookup_is_an_index_seek(sqlite_store: Any) -> None:
+    with sqlite_store._tx("t1", read=True) as conn:
+        plan = conn.execute(
+            "EXPLAIN QUERY PLAN SELECT seq FROM audit_events WHERE tenant_id = ? AND "
+            "session_id = ? AND kind = 'route_pinned' ORDER BY seq LIMIT 1", ("t1", "s")
+        ).fetchall()  # fmt: skip
+    assert "audit_events_by_session" in " ".join(str(step) for step in plan)
