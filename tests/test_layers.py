@@ -37,19 +37,21 @@ LEVELS = {
     "embed": 4,
     "store": 5,
     # Off the hot path (harvest) and beside the store (audit log, write-back store).
-    "harvest": 6, "audit": 6, "writeback": 6,
-    "eval": 7, "gateway": 7, "validation": 7,
-    "policy": 8,
-    "routes": 9,
-    "agent": 10,
+    "harvest": 6, "audit": 6,
+    # The write-back store records every admission as a typed audit event.
+    "writeback": 7,
+    "eval": 8, "gateway": 8, "validation": 8,
+    "policy": 9,
+    "routes": 10,
+    "agent": 11,
     # The composition root and the application API over it.
-    "deployment": 11, "scaffold": 11,
-    "app": 12,
-    "__init__": 13, "demo": 13,
+    "deployment": 12, "scaffold": 12,
+    "app": 13,
+    "__init__": 14, "demo": 14,
     # The edges, and helpers for users' own tests: nothing in src imports them.
-    "cli": 14, "server": 14, "testing": 14,
+    "cli": 15, "server": 15, "testing": 15,
     # ``python -m govrag``: runs the CLI.
-    "__main__": 15,
+    "__main__": 16,
 }  # fmt: skip
 
 #: Edge packages: only they know the CLI, HTTP and MCP.

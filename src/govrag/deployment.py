@@ -23,6 +23,7 @@ from govrag.agent.llm import LlmClient
 from govrag.agent.orchestrator import Orchestrator
 from govrag.audit.auto import Checkpointer
 from govrag.audit.checkpoint import CheckpointDir
+from govrag.audit.events import WritebackAdmissionEvent, write
 from govrag.deployfile import read_json
 from govrag.embed import get_embedder
 from govrag.embed.base import Embedder
@@ -183,15 +184,16 @@ class Deployment:
             return tenant in self.store.tenants()
 
         def audit(tenant: str, session: str, payload: dict[str, Any]) -> None:
-            turn = payload.get("source_turn_id")
+            # The write-back store's sink hands over its event's payload; read back strictly,
+            # so a payload that is not the event's is refused (and the entry not indexed).
+            event = WritebackAdmissionEvent.model_validate(payload)
+            turn = event.source_turn_id
             if tenant not in self.store.tenants():
                 # A candidate's scope is what the agent claimed: an unknown tenant gets no
                 # audit chain of its own; the decision goes to the deployment's tenant.
                 tenant = self.settings.default_tenant
-            self.store.append_audit(tenant,
-                                    "writeback_admission", payload,
-                                    request_id=f"turn:{turn}" if turn else "writeback",
-                                    session_id=session or "none")  # fmt: skip
+            write(self.store, tenant, event, request_id=f"turn:{turn}" if turn else "writeback",
+                  session_id=session or "none")  # fmt: skip
 
         if cfg.enabled:
             return ControlledWriteBackStore.enabled(

@@ -129,6 +129,11 @@ TRANSIENT_LLM_FAULTS: frozenset[str] = frozenset({"timeout", "overloaded", "rate
 LLM_TRANSIENT_EXIT = 75
 
 
+class AuditEventError(GovragError):
+    """A stored audit event cannot be read as a typed event: its kind has no model, its
+    schema version is unknown to this govrag, or its payload does not match its model."""
+
+
 class LlmError(GovragError):
     """The LLM endpoint failed or answered outside the chat-completions protocol.
 

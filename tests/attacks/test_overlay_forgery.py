@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from govrag.gateway import Gateway
 from govrag.gateway.rights import RightsTrim, StoredAclChecker
 from govrag.gateway.rights_http import HttpRightsChecker
-from govrag.policy.pep import Enforced, Proposal, pack_record
+from govrag.policy.pep import Enforced, Proposal, pack_event
 from govrag.policy.sarac import Decision
 from govrag.store.filters import meta_rows
 from govrag.store.protocol import KnowledgeStore
@@ -169,8 +169,9 @@ def test_writeback_metadata_filters_do_not_turn_documents_into_memory(
         (FORGED_ID, ChunkOrigin.SOURCE, None)]  # fmt: skip
     assert [r.source_system for r in pack.rights_checks] == ["writeback"]
     # Its metadata never reaches a pack as write-back provenance.
-    record = pack_record(pack, Proposal("retrieve_documents", "retrieve_documents", "main", "q"),
-                         Enforced(Decision("ALLOW", "allowed", "p/1"), "audit-1"))  # fmt: skip
+    proposal = Proposal("retrieve_documents", "retrieve_documents", "main", "q")
+    allowed = Enforced(Decision("ALLOW", "allowed", "p/1"), "audit-1")
+    record = pack_event(pack, proposal, allowed).payload()
     assert record["unchecked"] == []
     assert [(s["origin"], "writeback" in s) for s in record["sources"]] == [("source", False)]
 

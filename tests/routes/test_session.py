@@ -100,3 +100,21 @@ def test_a_mid_session_change_is_refused_and_audited(
     assert violation[0].payload["attempted"] == change
     assert sessions.resume(ANA, session.session_id).retrieval == session.retrieval
     assert store.verify_audit("bank").ok
+
+
+def test_a_malformed_change_is_still_refused_and_audited_bounded(
+    open_store: StoreFactory, tmp_path: Path
+) -> None:
+    """A caller's attempt is on record whatever it held: odd types as given, huge values
+    only as their hash, length and prefix (the log never grows with the input)."""
+    store = open_store()
+    sessions = Sessions(store, load_config(deployment(tmp_path, ROUTES)))
+    session = sessions.open(ANA, route_id="policy_qa", request_id="r1")
+    huge = "investigate" * 1000
+    with pytest.raises(PinViolation, match="cannot change mid-session"):
+        sessions.change(session, request_id="r2", route_id=huge, scope=[1, {"x": None}])  # type: ignore[list-item]
+    (violation,) = store.audit_events("bank", request_id="r2")
+    attempted = violation.payload["attempted"]
+    assert attempted["scope"] == [1, {"x": None}]
+    assert attempted["route_id"]["chars"] == len(huge) and len(violation.payload_json) < 2000
+    assert store.verify_audit("bank").ok

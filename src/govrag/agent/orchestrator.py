@@ -53,6 +53,7 @@ from govrag.agent.retrieve import GovernedSearch, merged_hidden
 from govrag.agent.run import PREFETCH, Run, ToolExecutor, denied_or
 from govrag.agent.steps import Catalog, Steps
 from govrag.agent.workflow import run_workflow
+from govrag.audit.events import RemovedClaim, ResponseEvent
 from govrag.errors import TRANSIENT_LLM_FAULTS, LlmError
 from govrag.policy.pep import Proposal
 from govrag.routes.session import Session
@@ -263,24 +264,23 @@ class Orchestrator:
             }
         )
         run.record(
-            "response",
-            {
-                "sub": run.principal.sub,
-                "route_id": run.session.route_id,
-                "answer_hash": hashlib.sha256(reply.encode()).hexdigest(),
-                "cited_doc_ids": sorted({c.doc_id for c in citations}),
-                "cited_chunk_ids": [c.chunk_id for c in citations],
-                "abstained": abstained,
-                "reason": reason,
-                "grounded": grounded,
-                "pattern": pattern,
-                "unsupported_claims": len(claims.unsupported) if claims else 0,
-                "flagged": flagged,
-                "truncated": truncated,
-                "llm_fault": run.trace.get("llm_fault"),
-                "removed_claims": _removed(claims),
-                "reply_hash": hashlib.sha256(model_reply.encode()).hexdigest(),
-            },
+            ResponseEvent(
+                sub=run.principal.sub,
+                route_id=run.session.route_id,
+                answer_hash=hashlib.sha256(reply.encode()).hexdigest(),
+                cited_doc_ids=sorted({c.doc_id for c in citations}),
+                cited_chunk_ids=[c.chunk_id for c in citations],
+                abstained=abstained,
+                reason=reason,
+                grounded=grounded,
+                pattern=pattern,
+                unsupported_claims=len(claims.unsupported) if claims else 0,
+                flagged=flagged,
+                truncated=truncated,
+                llm_fault=run.trace.get("llm_fault"),
+                removed_claims=_removed(claims),
+                reply_hash=hashlib.sha256(model_reply.encode()).hexdigest(),
+            )
         )
         # Only documents are counted: a session-memory entry is no entity of the store.
         documents = sorted({(c.source_system, c.doc_id) for c in citations
@@ -322,17 +322,17 @@ def _blank(text: str) -> bool:
 _MAX_REMOVED, _MAX_CHARS = 20, 200
 
 
-def _removed(claims: ClaimReport | None) -> list[dict[str, Any]]:
+def _removed(claims: ClaimReport | None) -> list[RemovedClaim]:
     """What the ``response`` event says of each removed sentence (bounded; the sentence
     itself only as its hash)."""
     out = []
     for c in (c for c in claims.claims if not c.supported) if claims else ():
-        out.append({
-            "sentence_sha256": hashlib.sha256(c.sentence.encode()).hexdigest(),
-            "reason": c.reason,
-            "unknown": [u[:_MAX_CHARS] for u in c.unknown[:_MAX_REMOVED]],
-            "missing": [m[:_MAX_CHARS] for m in c.missing[:_MAX_REMOVED]],
-        })  # fmt: skip
+        out.append(RemovedClaim(
+            sentence_sha256=hashlib.sha256(c.sentence.encode()).hexdigest(),
+            reason=c.reason,
+            unknown=[u[:_MAX_CHARS] for u in c.unknown[:_MAX_REMOVED]],
+            missing=[m[:_MAX_CHARS] for m in c.missing[:_MAX_REMOVED]],
+        ))  # fmt: skip
     return out[:_MAX_REMOVED]
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from govrag.agent.llm import LlmClient, LlmReply, Message
 from govrag.agent.retrieve import CorpusDecision, GovernedSearch
+from govrag.audit.events import AuditEventModel, LlmCallEvent, LlmResultEvent, write
 from govrag.audit.trail import recorded
 from govrag.errors import LlmError
 from govrag.policy.pep import Proposal
@@ -106,14 +107,9 @@ class Run:
     #: The latest reply that may be delivered (see :meth:`drafted`).
     draft: Draft | None = None
 
-    def record(self, kind: str, payload: dict[str, Any]) -> None:
-        self.audit.append_audit(
-            self.principal.tenant,
-            kind,
-            payload,
-            request_id=self.request_id,
-            session_id=self.session.session_id,
-        )
+    def record(self, event: AuditEventModel) -> None:
+        write(self.audit, self.principal.tenant, event, request_id=self.request_id,
+              session_id=self.session.session_id)  # fmt: skip
 
     # -- the model ---------------------------------------------------------------------------
     @property
@@ -136,17 +132,16 @@ class Run:
         step = self.steps
         limit = self.max_tokens if max_tokens is None else min(max_tokens, self.max_tokens)
         self.record(
-            "llm_call",
-            {
-                "payload_hash": payload_hash(messages, tools),
-                "model": self.llm.name,
-                "stage": stage,
-                "step": step,
-                "tools": [t["name"] for t in tools],
+            LlmCallEvent(
+                payload_hash=payload_hash(messages, tools),
+                model=self.llm.name,
+                stage=stage,
+                step=step,
+                tools=[t["name"] for t in tools],
                 # What else bounds the reply (the hash covers messages and tools).
-                "max_tokens": limit,
-                "stop": list(stop),
-            },
+                max_tokens=limit,
+                stop=list(stop),
+            )
         )
         started = time.perf_counter()
         try:
@@ -154,27 +149,26 @@ class Run:
         except Exception as exc:
             # Every call gets its outcome, whatever failed; an unexpected fault's own text
             # may hold anything, so only its type is recorded (as for the ``error`` event).
-            failure = (
-                {"fault": exc.fault, "error": recorded(str(exc))}
+            fault, error = (
+                (exc.fault, recorded(str(exc)))
                 if isinstance(exc, LlmError)
-                else {"fault": "unexpected", "error": type(exc).__name__}
+                else ("unexpected", type(exc).__name__)
             )
-            self.record("llm_result", {"stage": stage, "step": step, "status": "error",
-                                       **failure, "latency_ms": _since(started)})  # fmt: skip
+            self.record(LlmResultEvent(stage=stage, step=step, status="error", fault=fault,
+                                       error=error, latency_ms=_since(started)))  # fmt: skip
             raise
         self.record(
-            "llm_result",
-            {
-                "stage": stage,
-                "step": step,
-                "status": "ok",
-                "finish_reason": reply.finish_reason,
-                "prompt_tokens": reply.prompt_tokens,
-                "completion_tokens": reply.completion_tokens,
-                "latency_ms": _since(started),
-                "reply_hash": reply.digest(),
-                "tool_calls": len(reply.tool_calls),
-            },
+            LlmResultEvent(
+                stage=stage,
+                step=step,
+                status="ok",
+                finish_reason=reply.finish_reason,
+                prompt_tokens=reply.prompt_tokens,
+                completion_tokens=reply.completion_tokens,
+                latency_ms=_since(started),
+                reply_hash=reply.digest(),
+                tool_calls=len(reply.tool_calls),
+            )
         )
         return reply
 

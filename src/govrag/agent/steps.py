@@ -27,6 +27,7 @@ from govrag.agent.limits import RequestLimits
 from govrag.agent.llm import Message, ToolCall
 from govrag.agent.retrieve import GovernedSearch
 from govrag.agent.run import Run, ToolExecutor, denied_or
+from govrag.audit.events import ProposalEvent
 from govrag.audit.trail import recorded, safe_text
 from govrag.errors import InputError
 from govrag.policy.pep import Proposal
@@ -109,14 +110,14 @@ class Steps:
                 if checked.tool.kind == "metadata":
                     corpus = self._document(run, checked.arguments).corpus
             except InputError as exc:
-                run.record("proposal", {"tool": recorded(call.name), "accepted": False,
-                                        "error": recorded(str(exc)),
-                                        "arguments": recorded(call.raw_arguments)})  # fmt: skip
+                run.record(ProposalEvent(tool=recorded(call.name), accepted=False,
+                                         error=recorded(str(exc)),
+                                         arguments=recorded(call.raw_arguments)))  # fmt: skip
                 results[i] = prompts.refusal(error=str(exc))
                 continue
-            run.record("proposal", {"tool": call.name, "accepted": True,
-                                    "arguments": recorded(checked.arguments),
-                                    "corpus": corpus})  # fmt: skip
+            run.record(ProposalEvent(tool=call.name, accepted=True,
+                                     arguments=recorded(checked.arguments),
+                                     corpus=corpus))  # fmt: skip
             if checked.tool.kind == "retrieve" and corpus is not None:
                 retrieves.append((i, Proposal(tool=checked.tool.name, action=checked.action,
                                               corpus=corpus, query=checked.query)))  # fmt: skip
@@ -125,14 +126,13 @@ class Steps:
         if excess:  # never run; one audit event, however many there were
             error = self.limits.cap_message(run.tool_calls)
             run.record(
-                "proposal",
-                {
-                    "tool": "*",
-                    "accepted": False,
-                    "error": error,
-                    "calls": len(excess),
-                    "arguments": recorded(sorted({c.name for c in excess})),
-                },
+                ProposalEvent(
+                    tool="*",
+                    accepted=False,
+                    error=error,
+                    calls=len(excess),
+                    arguments=recorded(sorted({c.name for c in excess})),
+                )
             )
             results[len(runnable) :] = [prompts.refusal(error=error)] * len(excess)
         outcomes = run.retrieve([p for _, p in retrieves])

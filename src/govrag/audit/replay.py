@@ -5,19 +5,53 @@ verdict before search, what the model saw, what was delivered, and, for a reques
 failed, how it ended (its ``error`` event: where, and which error). No chat transcript, no
 store tables besides the audit log: every answer here is read from events of the hash-chained
 log, and the chain is verified as part of the replay.
+
+The request's events are read through the log's ``(tenant, request_id)`` index, and the event
+that pinned its session (written by the request that opened the session) through the
+``(tenant, session_id)`` index; only the chain verification reads the whole log. Each event is
+read as its typed model (:mod:`govrag.audit.events`), the same one its writer built. An event
+this code cannot read as such (a kind or version of another govrag, a payload that does not
+match its model) is never guessed at and never fatal: it is listed under ``unrecognised`` as
+stored, with the reason, and the answers are given from the events that could be read.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-from govrag.errors import NotFoundError
+from govrag.audit.events import (
+    AuditEventBase,
+    AuditEventModel,
+    ContextPackEvent,
+    ErrorEvent,
+    HiddenMarkerEvent,
+    IncidentEvent,
+    LlmCallEvent,
+    LlmResultEvent,
+    PackSource,
+    PepDecisionEvent,
+    PinViolationEvent,
+    ProposalEvent,
+    ResponseEvent,
+    RoutePinned,
+    ValidationEvent,
+    parse_event,
+)
+from govrag.errors import AuditEventError, NotFoundError
 from govrag.store.audit import AuditEvent, ChainReport
+
+M = TypeVar("M", bound=AuditEventBase)
+
+#: Events that name the caller (``sub``), in the order replay looks for one.
+_WITH_SUB = (RoutePinned, PinViolationEvent, PepDecisionEvent, HiddenMarkerEvent, IncidentEvent,
+             ResponseEvent)  # fmt: skip
 
 
 class AuditReader(Protocol):
     def audit_events(self, tenant: str, *, request_id: str | None = None) -> list[AuditEvent]: ...
+    def audit_session_pinned(self, tenant: str, session_id: str) -> AuditEvent | None: ...
     def verify_audit(self, tenant: str) -> ChainReport: ...
 
 
@@ -48,6 +82,9 @@ class Replay:
     incidents: list[dict[str, Any]] = field(default_factory=list)
     #: How a request that failed ended: its ``error`` event (stage, error type, message).
     error: dict[str, Any] | None = None
+    #: Events this govrag cannot read as their typed model, as stored (``seq``, ``event_id``,
+    #: ``kind``, ``payload`` text) with ``problem``: the answers above leave them out.
+    unrecognised: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -55,109 +92,139 @@ class Replay:
 
 def replay(log: AuditReader, tenant: str, request_id: str) -> Replay:
     """Rebuild what happened in ``request_id`` of ``tenant`` from the audit log."""
-    events = log.audit_events(tenant, request_id=request_id)
-    if not events:
+    rows = log.audit_events(tenant, request_id=request_id)
+    if not rows:
         raise NotFoundError(
             f"no audit events for request {request_id!r} in tenant {tenant!r}; check the id "
             "(printed by `govrag ask`/`search` on stderr and in --json) and --tenant"
         )
-    session_id = events[0].session_id
-    pinned = next((e for e in log.audit_events(tenant) if e.kind == "route_pinned"
-                   and e.session_id == session_id), None)  # fmt: skip
-    by_kind: dict[str, list[AuditEvent]] = {}
-    for e in events:
-        by_kind.setdefault(e.kind, []).append(e)
-    decisions = [{"audit_id": e.event_id, "seq": e.seq, **_pick(e.payload, "resource",
-                  "verdict", "reason", "policy_version", "action", "kind", "tool", "query")}
-                 for e in by_kind.get("pep_decision", [])]  # fmt: skip
-    allow_seq = {d["audit_id"]: d["seq"] for d in decisions if d["verdict"] == "ALLOW"}
+    session_id = rows[0].session_id
+    events, unrecognised = _read(rows)
+    opening = log.audit_session_pinned(tenant, session_id)
+    pinned = _read([opening])[0] if opening else []
+    pin = next((m for _, m in pinned if isinstance(m, RoutePinned)), None)
+    decisions = [(e, m) for e, m in events if isinstance(m, PepDecisionEvent)]
+    allow_seq = {e.event_id: e.seq for e, m in decisions if m.verdict == "ALLOW"}
     passed: dict[str, bool] = {}
-    for e in by_kind.get("validation", []):
-        for pack_id in e.payload.get("context_pack_ids", []):
-            passed[pack_id] = bool(e.payload.get("validation_passed"))
-    packs = by_kind.get("context_pack", [])
-    markers = {e.payload.get("context_pack_id"): _pick(e.payload, "shown", "reason", "sources")
-               for e in by_kind.get("hidden_marker", [])}  # fmt: skip
-    model_saw = [
-        {"context_pack_id": e.payload["context_pack_id"], "corpus": e.payload["corpus"],
-         "origin": e.payload.get("origin", "source"),
-         "policy_version": e.payload["policy_version"],
-         "ranker_version": e.payload["ranker_version"],
-         "chunks": [_chunk(s) for s in e.payload["sources"]],
-         "withheld": e.payload.get("withheld"),
-         "hidden_marker": markers.get(e.payload["context_pack_id"]),
-         "unchecked": e.payload.get("unchecked", []),
-         "validation_passed": passed.get(e.payload["context_pack_id"], False)}
-        for e in packs
-    ]  # fmt: skip
-    memory = {c["chunk_id"]: c for p in model_saw for c in p["chunks"]
-              if c["origin"] == "session_memory"}  # fmt: skip
+    for _, check in _of(events, ValidationEvent):
+        passed |= dict.fromkeys(check.context_pack_ids, check.validation_passed)
+    markers = {m.context_pack_id: {"shown": m.shown, "reason": m.reason,
+                                   "sources": [s.model_dump(mode="json") for s in m.sources]}
+               for _, m in _of(events, HiddenMarkerEvent)}  # fmt: skip
+    packs = _of(events, ContextPackEvent)
+    model_saw = [_pack(p, markers.get(p.context_pack_id), passed) for _, p in packs]
+    memory = {s.chunk_id: s for _, p in packs for s in p.sources if s.origin == "session_memory"}
     before = all(
-        e.payload.get("pep_audit_id") in allow_seq and allow_seq[e.payload["pep_audit_id"]] < e.seq
-        for e in packs
+        p.pep_audit_id in allow_seq and allow_seq[p.pep_audit_id] < e.seq for e, p in packs
     )
-    response = by_kind.get("response", [])
-    first = (pinned.payload if pinned else {}) | {"session_id": session_id}
-    sub = first.get("sub") or next((e.payload.get("sub") for e in events
-                                    if e.payload.get("sub")), None)  # fmt: skip
+    responses = _of(events, ResponseEvent)
+    subs = [m.sub for _, m in events if isinstance(m, _WITH_SUB) and m.sub]
+    errors = _of(events, ErrorEvent)
     return Replay(
         request_id=request_id,
         tenant=tenant,
         who={
-            "sub": sub,
+            "sub": (pin.sub if pin else None) or next(iter(subs), None),
             "session_id": session_id,
-            "route_id": first.get("route_id"),
-            "retrieval": first.get("retrieval"),
+            "route_id": pin.route_id if pin else None,
+            "retrieval": pin.retrieval.model_dump(mode="json") if pin else None,
         },
         proposed=[
-            _pick(e.payload, "tool", "accepted", "arguments", "corpus", "error", "calls")
-            for e in by_kind.get("proposal", [])
+            {"tool": m.tool, "accepted": m.accepted, "arguments": m.arguments,
+             "corpus": m.corpus, "error": m.error, "calls": m.calls}
+            for _, m in _of(events, ProposalEvent)
         ]
-        or [{"tool": d["tool"], "corpus": d["resource"], "query": d["query"]} for d in decisions],
-        decisions=[{k: v for k, v in d.items() if k != "seq"} for d in decisions],
+        or [{"tool": m.tool, "corpus": m.resource, "query": m.query} for _, m in decisions],
+        decisions=[_decision(e, m) for e, m in decisions],
         verdict_before_search=before,
         model_saw=model_saw,
-        llm_calls=_llm_calls(by_kind.get("llm_call", []), by_kind.get("llm_result", [])),
-        delivered=_delivered(response[-1].payload, memory) if response else None,
+        llm_calls=_llm_calls(_of(events, LlmCallEvent), _of(events, LlmResultEvent)),
+        delivered=_delivered(responses[-1][1], memory) if responses else None,
         chain_ok=log.verify_audit(tenant).ok,
         # A refused attempt to change a pinned session is how such a request ended.
-        incidents=[e.payload for e in by_kind.get("incident", [])]
-        + [{"kind": "pin_violation", **e.payload} for e in by_kind.get("pin_violation", [])],
-        error=errors[-1].payload if (errors := by_kind.get("error")) else None,
-    )
+        incidents=[m.payload() for _, m in _of(events, IncidentEvent)]
+        + [{"kind": "pin_violation", **m.payload()} for _, m in _of(events, PinViolationEvent)],
+        error=errors[-1][1].payload() if errors else None,
+        unrecognised=unrecognised,
+    )  # fmt: skip
 
 
-def _llm_calls(calls: list[AuditEvent], results: list[AuditEvent]) -> list[dict[str, Any]]:
+def _read(
+    rows: list[AuditEvent],
+) -> tuple[list[tuple[AuditEvent, AuditEventModel]], list[dict[str, Any]]]:
+    """Each row with its typed event, and the rows that have none (see the module)."""
+    read: list[tuple[AuditEvent, AuditEventModel]] = []
+    unrecognised: list[dict[str, Any]] = []
+    for row in rows:
+        try:
+            payload = json.loads(row.payload_json)
+            if not isinstance(payload, dict):
+                raise AuditEventError(f"the payload of a {row.kind!r} event is not an object")
+            read.append((row, parse_event(row.kind, payload)))
+        except (AuditEventError, ValueError) as exc:
+            unrecognised.append({"seq": row.seq, "event_id": row.event_id, "kind": row.kind,
+                                 "payload": row.payload_json, "problem": str(exc)})  # fmt: skip
+    return read, unrecognised
+
+
+def _of(
+    events: list[tuple[AuditEvent, AuditEventModel]], model: type[M]
+) -> list[tuple[AuditEvent, M]]:
+    return [(e, m) for e, m in events if isinstance(m, model)]
+
+
+def _decision(row: AuditEvent, m: PepDecisionEvent) -> dict[str, Any]:
+    return {"audit_id": row.event_id, "resource": m.resource, "verdict": m.verdict,
+            "reason": m.reason, "policy_version": m.policy_version, "action": m.action,
+            "kind": m.proposal_kind, "tool": m.tool, "query": m.query}  # fmt: skip
+
+
+def _pack(
+    p: ContextPackEvent, marker: dict[str, Any] | None, passed: dict[str, bool]
+) -> dict[str, Any]:
+    """One pack as the examiner sees it (records before later fields existed: defaults)."""
+    return {
+        "context_pack_id": p.context_pack_id, "corpus": p.corpus, "origin": p.origin,
+        "policy_version": p.policy_version, "ranker_version": p.ranker_version,
+        "chunks": [_chunk(s) for s in p.sources],
+        "withheld": p.withheld.model_dump(mode="json") if p.withheld is not None else None,
+        "hidden_marker": marker,
+        "unchecked": [u.model_dump(mode="json") for u in p.unchecked],
+        "validation_passed": passed.get(p.context_pack_id, False),
+    }  # fmt: skip
+
+
+def _chunk(source: PackSource) -> dict[str, Any]:
+    out: dict[str, Any] = {"chunk_id": source.chunk_id, "doc_id": source.doc_id,
+                           "score": source.score, "origin": source.origin}  # fmt: skip
+    if source.writeback is not None:
+        out["writeback"] = source.writeback
+    return out
+
+
+def _llm_calls(
+    calls: list[tuple[AuditEvent, LlmCallEvent]], results: list[tuple[AuditEvent, LlmResultEvent]]
+) -> list[dict[str, Any]]:
     """Each model call with its outcome, matched by step (the call's number in the request)."""
-    outcome = {e.payload.get("step"): e.payload for e in results}
+    outcome = {r.step: r for _, r in results}
     return [
-        {**_pick(e.payload, "stage", "step", "model", "payload_hash", "tools"),
-         "result": _pick(r, "status", "fault", "error", "finish_reason", "prompt_tokens",
-                         "completion_tokens", "latency_ms", "reply_hash", "tool_calls")
-         if (r := outcome.get(e.payload.get("step"))) is not None else None}
-        for e in calls
+        {"stage": c.stage, "step": c.step, "model": c.model, "payload_hash": c.payload_hash,
+         "tools": list(c.tools),
+         "result": None if (r := outcome.get(c.step)) is None else {
+             "status": r.status, "fault": r.fault, "error": r.error,
+             "finish_reason": r.finish_reason, "prompt_tokens": r.prompt_tokens,
+             "completion_tokens": r.completion_tokens, "latency_ms": r.latency_ms,
+             "reply_hash": r.reply_hash, "tool_calls": r.tool_calls}}
+        for _, c in calls
     ]  # fmt: skip
 
 
-def _chunk(source: dict[str, Any]) -> dict[str, Any]:
-    """One packed chunk as the examiner sees it (records before origins existed: sources)."""
-    out = {"chunk_id": source["chunk_id"], "doc_id": source["doc_id"], "score": source["score"],
-           "origin": source.get("origin", "source")}  # fmt: skip
-    if "writeback" in source:
-        out["writeback"] = source["writeback"]
-    return out
-
-
-def _delivered(payload: dict[str, Any], memory: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    out = _pick(payload, "answer_hash", "cited_doc_ids", "cited_chunk_ids", "abstained",
-                "reason", "grounded", "pattern", "flagged", "unsupported_claims")  # fmt: skip
-    out["cited_memory"] = [
-        {"chunk_id": cid, "writeback": memory[cid].get("writeback")}
-        for cid in payload.get("cited_chunk_ids") or []
-        if cid in memory
-    ]
-    return out
-
-
-def _pick(payload: dict[str, Any], *keys: str) -> dict[str, Any]:
-    return {k: payload.get(k) for k in keys}
+def _delivered(r: ResponseEvent, memory: dict[str, PackSource]) -> dict[str, Any]:
+    return {
+        "answer_hash": r.answer_hash, "cited_doc_ids": list(r.cited_doc_ids),
+        "cited_chunk_ids": list(r.cited_chunk_ids), "abstained": r.abstained,
+        "reason": r.reason, "grounded": r.grounded, "pattern": r.pattern,
+        "flagged": r.flagged, "unsupported_claims": r.unsupported_claims,
+        "cited_memory": [{"chunk_id": cid, "writeback": memory[cid].writeback}
+                         for cid in r.cited_chunk_ids if cid in memory],
+    }  # fmt: skip

@@ -25,8 +25,9 @@ import json
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import Any
 
+from govrag.audit.events import AuditSink, ErrorEvent, write
 from govrag.errors import GovragError
 
 log = logging.getLogger("govrag.audit")
@@ -35,12 +36,6 @@ log = logging.getLogger("govrag.audit")
 RECORD_CHARS = 1024
 #: Characters of a summarised value's prefix.
 PREFIX_CHARS = 128
-
-
-class AuditSink(Protocol):
-    def append_audit(
-        self, tenant: str, kind: str, payload: dict[str, Any], *, request_id: str, session_id: str
-    ) -> object: ...
 
 
 def safe_text(text: str) -> str:
@@ -69,11 +64,11 @@ def recorded(value: Any, *, limit: int = RECORD_CHARS) -> Any:
     return {"sha256": digest, "chars": len(text), "prefix": safe_text(text[:PREFIX_CHARS])}
 
 
-def error_record(exc: BaseException, stage: str) -> dict[str, Any]:
+def error_event(exc: BaseException, stage: str) -> ErrorEvent:
     """The ``error`` event of a request that failed: the error's class, and the (bounded)
     message only for govrag's own errors, whose messages are written for callers."""
     message = str(exc) if isinstance(exc, GovragError) else "unexpected error (see the log)"
-    return {"stage": stage, "error_type": type(exc).__name__, "message": recorded(message)}
+    return ErrorEvent(stage=stage, error_type=type(exc).__name__, message=recorded(message))
 
 
 @contextmanager
@@ -87,8 +82,8 @@ def closing_trail(
         yield where
     except Exception as exc:
         try:
-            audit.append_audit(tenant, "error", error_record(exc, where["stage"]),
-                               request_id=request_id, session_id=session_id)  # fmt: skip
+            write(audit, tenant, error_event(exc, where["stage"]), request_id=request_id,
+                  session_id=session_id)  # fmt: skip
         except Exception as second:  # the log itself failing: the original error still wins
             log.error("request %s: could not record its error event: %s", request_id, second)
         if isinstance(exc, GovragError):

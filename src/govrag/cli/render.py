@@ -104,6 +104,10 @@ def print_replay(r: Replay, out: Console) -> None:
             f"[bold]Delivered:[/] {what}; answer sha256 {delivered['answer_hash'][:16]}...",
             highlight=False,
         )
+    for u in r.unrecognised:  # another govrag's kind or version: shown as stored, unread
+        out.print(f"[bold]Not understood:[/] event {u['seq']} ({escape(str(u['kind']))}): "
+                  f"{escape(str(u['problem']))}; stored as {escape(str(u['payload'])[:300])}",
+                  highlight=False)  # fmt: skip
     out.print(f"audit chain {'intact' if r.chain_ok else 'BROKEN'}")
 
 

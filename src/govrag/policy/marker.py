@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from govrag.audit.events import HiddenMarkerEvent, write
 from govrag.store.protocol import KnowledgeStore
 from govrag.types import ContextPack, HiddenMarker, Principal
 
@@ -59,24 +60,19 @@ class MarkerGate:
         except Exception as exc:  # a budget that cannot be counted is a spent one
             log.error("marker budget unavailable for %s: %s", principal.sub, exc)
             used, reason = None, "budget_unavailable"
-        record = {
-            "sub": principal.sub,
-            "corpus": pack.corpus,
-            "context_pack_id": pack.context_pack_id,
-            "shown": reason is None,
-            "reason": reason,
-            "sources": [s.model_dump(mode="json") for s in marker.sources],
-            "budget": self.budget,
-            "used": used,
-        }
-        try:
-            self.store.append_audit(
-                principal.tenant,
-                "hidden_marker",
-                record,
-                request_id=request_id,
-                session_id=session_id,
+        try:  # a record that cannot be made or written: the marker is withheld
+            record = HiddenMarkerEvent(
+                sub=principal.sub,
+                corpus=pack.corpus,
+                context_pack_id=pack.context_pack_id,
+                shown=reason is None,
+                reason=reason,
+                sources=marker.sources,
+                budget=self.budget,
+                used=used,
             )
+            write(self.store, principal.tenant, record, request_id=request_id,
+                  session_id=session_id)  # fmt: skip
         except Exception as exc:  # a marker that is not on record is not shown
             log.error("audit write failed, withholding the marker for %s: %s", principal.sub, exc)
             return HiddenMarker()

@@ -31,10 +31,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from pydantic import ValidationError
 
+from govrag.audit.events import (
+    ContextPackEvent,
+    PackProposal,
+    PepDecisionEvent,
+    events_of,
+    write,
+)
 from govrag.audit.trail import recorded
 from govrag.errors import GovragError, describe_validation
 from govrag.gateway import ContextPack, Gateway
@@ -245,13 +252,8 @@ class PolicyEnforcementPoint:
         """Commit the pack's ``context_pack`` record; the failure's text when it could not
         be (an unrecorded pack never reaches the model)."""
         try:
-            self.audit.append_audit(
-                principal.tenant,
-                "context_pack",
-                pack_record(pack, proposal, done),
-                request_id=request_id,
-                session_id=session_id,
-            )
+            write(self.audit, principal.tenant, pack_event(pack, proposal, done),
+                  request_id=request_id, session_id=session_id)  # fmt: skip
         except Exception as exc:
             log.error("audit write failed, withholding pack %s of %s: %s",
                       pack.context_pack_id, principal.sub, exc)  # fmt: skip
@@ -274,28 +276,23 @@ class PolicyEnforcementPoint:
         committed ALLOW. Whatever ``downstream`` runs (a search, a listing, a tool), this is
         the only way to it."""
         decision = self._decide(principal, retrieval, proposal, route_id, policy_profile)
-        record: dict[str, object] = {
-            "verdict": decision.verdict,
-            "reason": decision.reason,
-            "policy_version": decision.policy_version,
-            "resource": proposal.resource,
-            "resource_type": "tool" if proposal.kind == "other" else "corpus",
-            "action": proposal.action,
-            "kind": proposal.kind,
-            "tool": proposal.tool,
-            "query": recorded(proposal.query),
-            "sub": principal.sub,
-            "route_id": route_id,
-            "downstream_called": False,
-        }
-        try:
-            event = self.audit.append_audit(
-                principal.tenant,
-                "pep_decision",
-                record,
-                request_id=request_id,
-                session_id=session_id,
+        try:  # no committed record (or none could be made): nothing may be searched
+            record = PepDecisionEvent(
+                verdict=decision.verdict,
+                reason=decision.reason,
+                policy_version=decision.policy_version,
+                resource=proposal.resource,
+                resource_type="tool" if proposal.kind == "other" else "corpus",
+                action=proposal.action,
+                proposal_kind=proposal.kind,
+                tool=proposal.tool,
+                query=recorded(proposal.query),
+                sub=principal.sub,
+                route_id=route_id,
+                downstream_called=False,
             )
+            event = write(self.audit, principal.tenant, record, request_id=request_id,
+                          session_id=session_id)  # fmt: skip
         except Exception as exc:  # no committed record: nothing may be searched
             log.error("audit write failed, denying %s on %s: %s", principal.sub,
                       proposal.resource, exc)  # fmt: skip
@@ -368,45 +365,17 @@ class PolicyEnforcementPoint:
 
 def _has_memory(audit: KnowledgeStore, tenant: str, request_id: str) -> bool:
     """Whether ``request_id`` already recorded a session-memory pack (once per request)."""
-    return any(
-        e.kind == "context_pack" and e.payload.get("origin") == ChunkOrigin.SESSION_MEMORY.value
-        for e in audit.audit_events(tenant, request_id=request_id)
-    )
+    packs = events_of(ContextPackEvent, audit.audit_events(tenant, request_id=request_id))
+    return any(p.origin == ChunkOrigin.SESSION_MEMORY.value for p in packs)
 
 
-def pack_record(
+def pack_event(
     pack: ContextPack, proposal: Proposal | None, done: Enforced[ContextPack]
-) -> dict[str, Any]:
-    """The context pack's audit record, with the request's trace fields.
-
-    A session-memory pack has no proposal (``retrieve_proposal`` is ``None``); its
-    ``pep_audit_id`` is the request's ALLOW it joined. ``unchecked`` lists every chunk that no
-    source's live rights check confirmed, with the reason; each source names its ``origin``
-    and, for memory, the entry's seed metadata (``writeback``)."""
-    return {
-        "context_pack_id": pack.context_pack_id,
-        "corpus": pack.corpus,
-        "origin": pack.origin.value,
-        "retrieve_proposal": None if proposal is None else {
-            "tool": proposal.tool, "corpus": proposal.corpus,
-            "query": recorded(proposal.query)},
-        "pep_verdict": done.decision.verdict,
-        "pep_audit_id": done.audit_id,
-        "policy_version": pack.policy_version,
-        "ranker_version": pack.ranker_version,
-        "sources": [{"doc_id": c.doc_id, "chunk_id": c.chunk_id,
-                     "source_system": c.source_system, "score": c.score,
-                     "origin": c.origin.value,
-                     **({"writeback": dict(c.writeback)} if c.writeback is not None else {})}
-                    for c in pack.chunks],
-        "unchecked": [u.model_dump(mode="json") for u in pack.unchecked],
-        "pack_token_count": pack.pack_token_count,
-        "token_budget": pack.token_budget,
-        "dropped_for_budget": pack.dropped_for_budget,
-        "withheld": pack.withheld.model_dump(mode="json"),
-        "rights_checks": [c.model_dump(mode="json") for c in pack.rights_checks],
-        "source_unavailable": [c.source_system for c in pack.rights_checks
-                               if c.status == "source_unavailable"],
-        "cache_hit": pack.cache_hit,
-        "hidden": pack.hidden.present,
-    }  # fmt: skip
+) -> ContextPackEvent:
+    """The context pack's audit event (:class:`ContextPackEvent`). A session-memory pack has
+    no proposal (``retrieve_proposal`` is ``None``); its ``pep_audit_id`` is the request's
+    ALLOW it joined."""
+    asked = None if proposal is None else PackProposal(
+        tool=proposal.tool, corpus=proposal.corpus, query=recorded(proposal.query))  # fmt: skip
+    return ContextPackEvent.of(pack, asked, pep_verdict=done.decision.verdict,
+                               pep_audit_id=done.audit_id)  # fmt: skip

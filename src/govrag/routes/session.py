@@ -13,6 +13,8 @@ import json
 import secrets
 from dataclasses import dataclass
 
+from govrag.audit.events import PinAttempt, PinnedRetrieval, PinViolationEvent, write
+from govrag.audit.trail import recorded
 from govrag.errors import InputError, NotFoundError
 from govrag.routes.config import DeploymentConfig
 from govrag.routes.models import Route
@@ -124,16 +126,16 @@ class Sessions:
         scope: list[str] | None = None,
     ) -> None:
         """Always refused: mode, scope and route are pinned. The attempt is audited."""
-        attempted = {k: v for k, v in (("route_id", route_id), ("mode", mode),
-                                        ("scope", scope)) if v is not None}  # fmt: skip
-        self.store.append_audit(
-            session.principal.tenant,
-            "pin_violation",
-            {"sub": session.principal.sub, "route_id": session.route_id,
-             "pinned": session.retrieval.model_dump(mode="json"), "attempted": attempted},
-            request_id=request_id,
-            session_id=session.session_id,
-        )  # fmt: skip
+        attempted = {k: recorded(v) for k, v in (("route_id", route_id), ("mode", mode),
+                                                  ("scope", scope)) if v is not None}  # fmt: skip
+        event = PinViolationEvent(
+            sub=session.principal.sub,
+            route_id=session.route_id,
+            pinned=PinnedRetrieval(mode=session.retrieval.mode, scope=session.retrieval.scope),
+            attempted=PinAttempt.model_validate(attempted),
+        )
+        write(self.store, session.principal.tenant, event, request_id=request_id,
+              session_id=session.session_id)  # fmt: skip
         raise PinViolation(
             f"session {session.session_id!r} is pinned to route {session.route_id!r} "
             f"(mode {session.retrieval.mode!r}, scope {list(session.retrieval.scope)}); "

@@ -258,6 +258,16 @@ class SQLAudit(SQLBase):
         )
         return [AuditEvent(r[0], int(r[1]), *r[2:]) for r in rows]
 
+    def audit_session_pinned(self, tenant: str, session_id: str) -> AuditEvent | None:
+        """The ``route_pinned`` event that opened ``session_id`` (one index seek), or None."""
+        rows = self._q(
+            tenant,
+            f"SELECT {_COLUMNS} FROM audit_events WHERE tenant_id = ? AND session_id = ? "
+            "AND kind = 'route_pinned' ORDER BY seq LIMIT 1",
+            (tenant, session_id),
+        )
+        return AuditEvent(rows[0][0], int(rows[0][1]), *rows[0][2:]) if rows else None
+
     def audit_chain(self, tenant: str) -> AuditChain:
         """The tenant's events and its tenant row's head, from one snapshot."""
         with self._tx(tenant, read=True) as conn:

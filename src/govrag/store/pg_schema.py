@@ -467,6 +467,12 @@ CREATE TABLE marker_budget (
         + ";\n"
         + _rls(("marker_budget",)),
     ),
+    (
+        9,
+        "audit events by session",
+        # As SQLite migration 6: replay finds a session's ``route_pinned`` event by index.
+        "CREATE INDEX audit_events_by_session ON audit_events(tenant_id, session_id, seq)",
+    ),
 ]
 
 

@@ -251,6 +251,13 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         )
         """,
     ),
+    (
+        6,
+        "audit events by session",
+        # Replay finds the event that pinned a request's session (``route_pinned``, written
+        # by the request that opened it) without reading the tenant's whole log.
+        "CREATE INDEX audit_events_by_session ON audit_events(tenant_id, session_id, seq)",
+    ),
 ]
 
 

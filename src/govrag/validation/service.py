@@ -21,8 +21,15 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Collection, Sequence
-from typing import Any, Protocol
 
+from govrag.audit.events import (
+    AuditSink,
+    IncidentEvent,
+    SufficiencyRecord,
+    ValidationEvent,
+    ViolationRecord,
+    write,
+)
 from govrag.audit.trail import recorded
 from govrag.settings import ValidationSettings
 from govrag.store.analyzer import default_analyzer
@@ -44,20 +51,6 @@ from govrag.validation.report import (
 __all__ = ["AuditSink", "Validator"]
 
 log = logging.getLogger("govrag.validation")
-
-
-class AuditSink(Protocol):
-    """Where validation records its events; a ``KnowledgeStore`` is one."""
-
-    def append_audit(
-        self,
-        tenant: str,
-        kind: str,
-        payload: dict[str, Any],
-        *,
-        request_id: str,
-        session_id: str,
-    ) -> object: ...
 
 
 class Validator:
@@ -203,26 +196,23 @@ class Validator:
         if report.scope_violations:
             # The incident goes first, so a crash between the two writes still leaves the
             # violation on record.
-            incident = {
-                "kind": SCOPE_VIOLATION,
-                "violations": [v.model_dump(mode="json") for v in report.scope_violations],
-                "sub": principal.sub,
-            }
-            audit.append_audit(
-                tenant, "incident", incident, request_id=request_id, session_id=session_id
-            )
-        payload = {
-            "validation_passed": report.validation_passed,
-            "scope_violations": report.scope_violation_count,
-            "abstain": report.abstain,
-            "reason": report.reason,
-            "context_pack_ids": [p.context_pack_id for p in packs],
-            "sufficiency": report.sufficiency.model_dump(mode="json"),
-            "question": recorded(question),  # bounded, like every recorded query
-        }
-        audit.append_audit(
-            tenant, "validation", payload, request_id=request_id, session_id=session_id
+            incident = IncidentEvent(
+                incident_kind=SCOPE_VIOLATION,
+                violations=[ViolationRecord(**v.model_dump(mode="json"))
+                            for v in report.scope_violations],
+                sub=principal.sub,
+            )  # fmt: skip
+            write(audit, tenant, incident, request_id=request_id, session_id=session_id)
+        event = ValidationEvent(
+            validation_passed=report.validation_passed,
+            scope_violations=report.scope_violation_count,
+            abstain=report.abstain,
+            reason=report.reason,
+            context_pack_ids=[p.context_pack_id for p in packs],
+            sufficiency=SufficiencyRecord(**report.sufficiency.model_dump(mode="json")),
+            question=recorded(question),  # bounded, like every recorded query
         )
+        write(audit, tenant, event, request_id=request_id, session_id=session_id)
 
     def _failed(self, reason: str) -> ValidationReport:
         s = self.settings

@@ -1,7 +1,9 @@
 """The audit record of one admission decision (admitted or rejected).
 
 Every decision is handed to the store's audit sink as ``audit(tenant, session, payload)``
-*before* an admitted entry is indexed. The payload never holds the content, only its SHA-256,
+*before* an admitted entry is indexed; the payload is that of a
+:class:`~govrag.audit.events.WritebackAdmissionEvent` (the deployment's sink writes it to the
+audit log as that event). The payload never holds the content, only its SHA-256,
 and every value is JSON-safe whatever the candidate held: garbage becomes ``None`` (or a short
 text form), strings are bounded and have no lone surrogates, numbers are finite.
 """
@@ -9,10 +11,12 @@ text form), strings are bounded and have no lone surrogates, numbers are finite.
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 from datetime import datetime
 from typing import Any
 
+from govrag.audit.events import WritebackAdmissionEvent
 from govrag.writeback.admission import (
     Fields,
     confidence_value,
@@ -20,25 +24,22 @@ from govrag.writeback.admission import (
     instant_text,
     writeback_id,
 )
-from govrag.writeback.models import MAX_IDENTITY_CHARS, AdmissionGate, AdmissionReason
-
-__all__ = ["PAYLOAD_KEYS", "audit_record", "audit_text"]
-
-PAYLOAD_KEYS: tuple[str, ...] = (
-    "admitted",
-    "reason",
-    "id",
-    "tenant",
-    "session",
-    "agent_id",
-    "gate",
-    "source_turn_id",
-    "content_sha256",
-    "confidence",
-    "expires_at",
-    "supersedes",
+from govrag.writeback.models import (
+    MAX_IDENTITY_CHARS,
+    AdmissionGate,
+    AdmissionReason,
+    AuditSink,
 )
-"""Exactly the keys of every audit payload."""
+
+__all__ = ["PAYLOAD_KEYS", "audit_record", "audit_text", "record_decision"]
+
+#: The store's logger: a sink failure is logged where it always was.
+logger = logging.getLogger("govrag.writeback.store")
+
+PAYLOAD_KEYS: tuple[str, ...] = tuple(
+    name for name in WritebackAdmissionEvent.model_fields if name not in ("kind", "v")
+)
+"""Exactly the keys of every audit payload (the fields of :class:`WritebackAdmissionEvent`)."""
 
 #: Strings longer than this are cut in the audit record (a rejected candidate may carry
 #: megabytes in an identity field; the record only needs to recognise it).
@@ -109,26 +110,42 @@ def _would_be_id(fields: Fields) -> str | None:
 
 def audit_record(
     fields: Fields, reason: AdmissionReason, entry_id: str | None
-) -> tuple[str, str, dict[str, Any]]:
-    """``(tenant, session, payload)`` for one decision; tenant/session are ``""`` if unusable.
+) -> tuple[str, str, WritebackAdmissionEvent]:
+    """``(tenant, session, event)`` for one decision; tenant/session are ``""`` if unusable.
 
     ``id`` is the entry's id when admitted; for a rejection it is the id the candidate would
     have had (so an examiner can relate a rejection to a later admission), or ``None``.
     """
     tenant = audit_text(fields.tenant)
     session = audit_text(fields.session)
-    payload: dict[str, Any] = {
-        "admitted": reason is AdmissionReason.ADMITTED,
-        "reason": reason.value,
-        "id": entry_id if entry_id is not None else _would_be_id(fields),
-        "tenant": tenant,
-        "session": session,
-        "agent_id": audit_text(fields.agent_id),
-        "gate": _gate(fields.gate),
-        "source_turn_id": audit_text(fields.source_turn_id),
-        "content_sha256": _content_sha256(fields.content),
-        "confidence": _confidence(fields.confidence),
-        "expires_at": _expires_at(fields.expires_at),
-        "supersedes": audit_text(fields.supersedes),
-    }
-    return tenant or "", session or "", payload
+    event = WritebackAdmissionEvent(
+        admitted=reason is AdmissionReason.ADMITTED,
+        reason=reason.value,
+        id=entry_id if entry_id is not None else _would_be_id(fields),
+        tenant=tenant,
+        session=session,
+        agent_id=audit_text(fields.agent_id),
+        gate=_gate(fields.gate),
+        source_turn_id=audit_text(fields.source_turn_id),
+        content_sha256=_content_sha256(fields.content),
+        confidence=_confidence(fields.confidence),
+        expires_at=_expires_at(fields.expires_at),
+        supersedes=audit_text(fields.supersedes),
+    )
+    return tenant or "", session or "", event
+
+
+def record_decision(
+    sink: AuditSink | None, fields: Fields, reason: AdmissionReason, entry_id: str | None
+) -> bool:
+    """Hand one decision's payload to ``sink``; ``False`` if that failed. Never raises."""
+    if sink is None:
+        logger.debug("write-back decision %s (no audit sink configured)", reason.value)
+        return True
+    try:
+        tenant, session, event = audit_record(fields, reason, entry_id)
+        sink(tenant, session, event.payload())
+    except Exception:
+        logger.exception("write-back audit failed for a %s decision", reason.value)
+        return False
+    return True

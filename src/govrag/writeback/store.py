@@ -46,7 +46,7 @@ from govrag.writeback.admission import (
     read_fields,
     scope_key,
 )
-from govrag.writeback.audit import audit_record
+from govrag.writeback.audit import record_decision
 from govrag.writeback.index import Entry, ScopeIndex, analyze
 from govrag.writeback.models import (
     MAX_ENTRIES_PER_SCOPE,
@@ -365,16 +365,7 @@ class ControlledWriteBackStore:
 
     def _audit(self, fields: Fields, reason: AdmissionReason, entry_id: str | None) -> bool:
         """Record one decision; ``False`` if the sink failed. Never raises (lock not needed)."""
-        if self._audit_sink is None:
-            logger.debug("write-back decision %s (no audit sink configured)", reason.value)
-            return True
-        try:
-            tenant, session, payload = audit_record(fields, reason, entry_id)
-            self._audit_sink(tenant, session, payload)
-        except Exception:
-            logger.exception("write-back audit failed for a %s decision", reason.value)
-            return False
-        return True
+        return record_decision(self._audit_sink, fields, reason, entry_id)
 
 
 def _check_search_args(query: Any, top_k: Any, min_score: Any, filters: Any) -> None:

@@ -1,0 +1,56 @@
+"""Events of the second gate: pack validation before synthesis, and the incident a scope
+violation raises (written first, so a crash between the two still leaves it on record)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import AliasChoices, Field
+
+from govrag.audit.events.base import EVENT_KIND, AuditEventBase, Record, Recorded
+
+
+class SufficiencyRecord(Record):
+    """The evidence figures over every chunk of every pack, and the thresholds applied."""
+
+    chunks: int
+    top_score: float | None
+    query_coverage: float
+    min_chunks: int
+    min_top_score: float
+    min_query_coverage: float
+    sufficient: bool
+
+
+class ValidationEvent(AuditEventBase):
+    """Whether the request's packs may be used as evidence (and why not)."""
+
+    kind: Literal["validation"] = Field("validation", exclude=True, validation_alias=EVENT_KIND)
+    validation_passed: bool
+    scope_violations: int
+    abstain: bool
+    reason: str | None
+    context_pack_ids: tuple[str, ...]
+    sufficiency: SufficiencyRecord
+    question: Recorded
+
+
+class ViolationRecord(Record):
+    """One chunk that must not have been in front of the model."""
+
+    context_pack_id: str
+    chunk_id: str
+    corpus: str
+    reason: str
+
+
+class IncidentEvent(AuditEventBase):
+    """A security incident of a request (today: ``scope_violation``)."""
+
+    kind: Literal["incident"] = Field("incident", exclude=True, validation_alias=EVENT_KIND)
+    #: What happened; stored as ``kind`` in the payload.
+    incident_kind: str = Field(
+        validation_alias=AliasChoices("kind", "incident_kind"), serialization_alias="kind"
+    )
+    violations: tuple[ViolationRecord, ...]
+    sub: str
