@@ -1,75 +1,61 @@
-"""Deployment settings: one object, read from init arguments > environment > ``govrag.toml``.
+"""The sections of ``govrag.toml`` about the knowledge store and what feeds it.
 
-A deployment directory holds ``govrag.toml`` and ``principals.json`` (and, in later layers,
-routes, manifests, workflows and policies). ``--deployment DIR`` or ``GOVRAG_DEPLOYMENT``
-selects it. Environment variables use the prefix ``GOVRAG_`` and ``__`` for nesting, e.g.
-``GOVRAG_SEARCH__RRF_K=30``.
+``[store]``, ``[embedder]``, ``[search]``, ``[ingest]``, ``[corpora.<id>]``,
+``[sources.<name>]`` and ``[curation]``: where documents live, how they are indexed and
+ranked, and how they get in. The request path's sections (gateway, validation, policy,
+model, audit) are in :mod:`govrag.settings.request`. Every section refuses unknown keys.
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic_settings import (
-    BaseSettings,
-    PydanticBaseSettingsSource,
-    SettingsConfigDict,
-)
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from govrag import deployfile
-from govrag.errors import ConfigError, describe_validation
-from govrag.store_url import parse_store_url, redact
-from govrag.types import Classification, Strategy, check_source_system, reserved_source_system
-
-CONFIG_FILE = "govrag.toml"
-PRINCIPALS_FILE = "principals.json"
-DEPLOYMENT_ENV = "GOVRAG_DEPLOYMENT"
+from govrag.store_url import SecretUrl, parse_store_url
+from govrag.types import Classification, Strategy, check_source_system
 
 
-class _Section(BaseModel):
+class Section(BaseModel):
+    """A table of ``govrag.toml``: an unknown key is refused, never ignored (a typo must not
+    silently leave a default in force)."""
+
     model_config = ConfigDict(extra="forbid")
 
 
-class StoreSettings(_Section):
+class StoreSettings(Section):
     #: ``sqlite:///relative/path.db`` (relative to the deployment directory),
     #: ``sqlite:////absolute/path.db``, ``sqlite://:memory:``, or
     #: ``postgresql://user@host:port/db`` (extra ``postgres``); anything else is refused
     #: (see govrag/store_url.py).
-    url: str = "sqlite:///govrag.db"
+    #: Held as a :class:`~govrag.store_url.SecretUrl`: shown with its password masked.
+    url: SecretUrl = SecretUrl("sqlite:///govrag.db")
     #: PostgreSQL only: a URL of the schema owner, used to migrate and create vector indexes
     #: when ``url`` names an application role that owns nothing (recommended: row-level
     #: security is then never bypassed). Default: ``url`` itself.
-    admin_url: str | None = None
+    admin_url: SecretUrl | None = None
     #: PostgreSQL only: connections this process keeps open at most.
     pool_size: int = Field(default=4, ge=1, le=256)
     #: Where derived search indexes live; relative to the deployment directory.
     index_dir: str = "index"
 
-    @field_validator("url")
-    @classmethod
-    def _url(cls, value: str) -> str:
-        parse_store_url(value)
-        return value
-
+    # The URL grammar is checked by SecretUrl itself, refusals masked.
     @field_validator("admin_url")
     @classmethod
-    def _admin_url(cls, value: str | None) -> str | None:
+    def _admin_url(cls, value: SecretUrl | None) -> SecretUrl | None:
         if value is not None and parse_store_url(value).kind != "postgresql":
-            raise ValueError(f"{redact(value)!r} is not a postgresql:// URL; admin_url is the "
+            raise ValueError(f"{str(value)!r} is not a postgresql:// URL; admin_url is the "
                              "schema owner of a PostgreSQL store")  # fmt: skip
         return value
 
 
-class EmbedderSettings(_Section):
+class EmbedderSettings(Section):
     name: str = "hash"
     dim: int = Field(default=384, ge=8, le=8192)
     batch_size: int = Field(default=64, ge=1, le=4096)
 
 
-class SearchSettings(_Section):
+class SearchSettings(Section):
     rrf_k: int = Field(default=60, ge=1, le=10_000)
     lexical_weight: float = Field(default=1.0, ge=0.0, le=100.0)
     vector_weight: float = Field(default=1.0, ge=0.0, le=100.0)
@@ -115,7 +101,7 @@ DEFAULT_PLACEHOLDER_EMAILS = (
 )  # fmt: skip
 
 
-class IngestSettings(_Section):
+class IngestSettings(Section):
     chunk_tokens: int = Field(default=300, ge=16, le=8192)
     section_tokens: int = Field(default=1200, ge=16, le=65536)
     #: Largest document text accepted, in bytes of UTF-8.
@@ -136,7 +122,7 @@ class IngestSettings(_Section):
         return [glob.strip().casefold() for glob in value]
 
 
-class CorpusSettings(_Section):
+class CorpusSettings(Section):
     #: Shown to the model by ``list_corpora``.
     description: str = ""
     #: The corpus as a whole: a caller needs at least this clearance to search it at all
@@ -152,138 +138,7 @@ class CorpusSettings(_Section):
         return Classification.parse(value)
 
 
-class GatewaySettings(_Section):
-    #: Most tokens of one context pack (by the offline word counter); never exceeded.
-    token_budget: int = Field(default=2000, ge=16, le=1_000_000)
-    #: Candidates fetched from the store for the reranker (at least top_k).
-    candidates: int = Field(default=50, ge=1, le=1000)
-    #: How much the document's trust score nudges the fused score (0: not at all).
-    trust_weight: float = Field(default=0.2, ge=0.0, le=1.0)
-    #: Term overlap (Jaccard) at which a chunk counts as a near-duplicate of a better one.
-    duplicate_jaccard: float = Field(default=0.9, gt=0.0, le=1.0)
-    #: Most chunks of one document in a pack.
-    max_per_document: int = Field(default=2, ge=1, le=1000)
-    #: ``deterministic``, or ``cross-encoder`` (extra ``semantic`` and ``cross_encoder_path``).
-    reranker: Literal["deterministic", "cross-encoder"] = "deterministic"
-    #: A local cross-encoder model directory (relative to the deployment directory).
-    cross_encoder_path: str | None = None
-
-    def model_post_init(self, __context: object) -> None:
-        if self.reranker == "cross-encoder" and not self.cross_encoder_path:
-            raise ValueError(
-                "reranker 'cross-encoder' needs 'cross_encoder_path', a local model directory"
-            )
-
-    #: Ranked results kept in this process's result cache (0 turns the cache off). Entries
-    #: are keyed by the caller's ACL fingerprint and the tenant's ACL epoch, so a rights
-    #: change is never served from it; the live rights check runs on every request anyway.
-    cache_entries: int = Field(default=1024, ge=0, le=1_000_000)
-
-
-class RightsCheckerSettings(_Section):
-    """How the gateway confirms a source system's rights right before packing."""
-
-    #: ``stored``: the truth store's current ACL (sources without a live API);
-    #: ``http``: ask the source system's rights endpoint (see docs/rights-check.md).
-    kind: Literal["stored", "http"] = "stored"
-    #: ``http``: the endpoint a batch of document ids is POSTed to.
-    url: str | None = None
-    #: ``http``: the whole check, every batch included, must finish within this time;
-    #: whatever is unconfirmed by then is withheld (``source_unavailable``).
-    deadline_ms: int = Field(default=500, ge=1, le=60_000)
-    #: ``http``: most document ids per request.
-    batch_size: int = Field(default=50, ge=1, le=1000)
-    #: ``http``: most requests in flight at once.
-    concurrency: int = Field(default=4, ge=1, le=64)
-    #: ``http``: name of the environment variable holding the bearer token, if any.
-    token_env: str | None = None
-
-    def model_post_init(self, __context: object) -> None:
-        if self.kind == "http" and not self.url:
-            raise ValueError("kind 'http' needs 'url', the source's rights endpoint")
-        if self.url and not self.url.startswith(("http://", "https://")):
-            raise ValueError(f"url {self.url!r} is not an http(s) URL")
-
-
-class RightsSettings(_Section):
-    #: The checker of source systems without their own entry in ``sources``.
-    default: RightsCheckerSettings = RightsCheckerSettings()
-    #: Checkers by source system name, e.g. ``[rights.sources.sharepoint]``.
-    sources: dict[str, RightsCheckerSettings] = {}
-
-
-class ValidationSettings(_Section):
-    """Thresholds below which validation abstains (evidence too thin or off-topic)."""
-
-    #: Fewest chunks, over every pack of the request, that count as sufficient evidence.
-    min_chunks: int = Field(default=1, ge=0, le=1000)
-    #: Lowest acceptable best chunk score (scores are the reranked fusion scores; 0: off).
-    min_top_score: float = Field(default=0.0, ge=0.0)
-    #: Least share of the question's analysed terms that must occur in the evidence.
-    min_query_coverage: float = Field(default=0.3, ge=0.0, le=1.0)
-    #: Claim check: least share of an answer sentence's terms found in one cited chunk.
-    claim_min_overlap: float = Field(default=0.5, ge=0.0, le=1.0)
-    #: What delivery does with answer sentences the cited evidence does not support:
-    #: ``remove`` them and flag the answer, or ``abstain`` (reason ``unsupported``).
-    unsupported_claims: Literal["remove", "abstain"] = "remove"
-
-
-class PolicySettings(_Section):
-    #: The policy bundle deciding for routes without a ``policy_profile``: a bundle in
-    #: ``policies/`` or the built-in ``pgar.retrieval.corpus``.
-    bundle: str = "pgar.retrieval.corpus"
-    #: Longest a decision may take; past it the decision is DENY (``policy_error``).
-    timeout_s: float = Field(default=2.0, gt=0.0, le=60.0)
-
-
-class LlmSettings(_Section):
-    """The model behind ``govrag ask``."""
-
-    #: ``extractive`` (offline, deterministic: quotes the validated evidence) or ``openai``
-    #: (any OpenAI-compatible chat-completions server: OpenAI, vLLM, llama.cpp, Ollama).
-    provider: Literal["extractive", "openai"] = "extractive"
-    #: ``openai``: the server's base URL, up to and including ``/v1``.
-    base_url: str = "https://api.openai.com/v1"
-    model: str = "gpt-4o-mini"
-    #: ``openai``: the environment variable holding the API key. A key is sent only when
-    #: this names one explicitly: never a default variable's key to whatever ``base_url``
-    #: points at (a local server needs none).
-    api_key_env: str | None = None
-    #: Seconds to wait for one model reply. A local server may keep generating after govrag
-    #: gave up; ``max_tokens`` is what bounds that.
-    timeout_s: float = Field(default=60.0, gt=0.0, le=600.0)
-    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
-    #: Most tokens one model reply may generate (sent with every call). A reply cut off at
-    #: this limit is flagged; a grounded answer that was cut off abstains (``truncated``).
-    max_tokens: int = Field(default=1024, ge=16, le=131_072)
-    #: Most tokens of a workflow's query-formulation reply (a query is one short line; the
-    #: call also stops at the first line break).
-    query_max_tokens: int = Field(default=64, ge=8, le=1024)
-    #: Most model calls of one request (a Pattern 1 loop ends there).
-    max_steps: int = Field(default=6, ge=1, le=50)
-    #: Most tool calls of one model reply that run; the rest are refused (and audited).
-    max_tool_calls_per_reply: int = Field(default=8, ge=1, le=256)
-    #: Most tool calls of one request that run; past it tools are refused and no longer
-    #: offered, so the model has to answer.
-    max_tool_calls: int = Field(default=24, ge=1, le=1000)
-    #: Longest question ``ask`` accepts, in characters (it is also the default search
-    #: query, itself at most 4,096); a longer one is refused before anything is recorded.
-    max_question_chars: int = Field(default=4000, ge=1, le=4096)
-    #: Longest caller-supplied text (``ask --text``) accepted, in characters.
-    max_text_chars: int = Field(default=200_000, ge=1, le=10_000_000)
-
-    @field_validator("base_url")
-    @classmethod
-    def _http(cls, value: str) -> str:
-        value = value.strip()  # an env file's trailing newline is not part of the URL
-        if not value.startswith(("http://", "https://")):
-            raise ValueError(f"base_url {value!r} is not an http(s) URL")
-        if any(c.isspace() or not c.isprintable() for c in value):
-            raise ValueError(f"base_url {value!r} holds whitespace or a control character")
-        return value.rstrip("/")
-
-
-class SourceSettings(_Section):
+class SourceSettings(Section):
     """One configured source of documents (``[sources.<name>]``), read by ``govrag ingest NAME``."""
 
     #: ``filesystem`` (a folder of .md, .txt, .html, .pdf) or ``jsonl`` (an export file).
@@ -316,7 +171,7 @@ class SourceSettings(_Section):
         return None if value is None else check_source_system(value)
 
 
-class CurationSettings(_Section):
+class CurationSettings(Section):
     """The Curation Pass: ``trust = 0.5 + recency * (authority + demand)``, clamped to 0..1.
 
     ``authority = authority_weight * (3 - authority_tier) / 2`` (tier 1 raises, tier 5 lowers);
@@ -329,142 +184,3 @@ class CurationSettings(_Section):
     authority_weight: float = Field(default=0.3, ge=0.0, le=0.5)
     demand_weight: float = Field(default=0.2, ge=0.0, le=0.5)
     demand_scale: float = Field(default=10.0, gt=0.0, le=1e9)
-
-
-class WritebackSettings(_Section):
-    """The controlled write-back overlay (seed 001): off unless turned on here."""
-
-    enabled: bool = False
-    #: Agent ids allowed to write; nobody else's candidates are admitted.
-    allowed_agents: list[str] = []
-
-
-class AuditSettings(_Section):
-    """The audit log's anchor outside the database: signed checkpoints of each tenant's chain
-    head (docs/audit.md). Paths are relative to the deployment directory."""
-
-    #: Where checkpoints are written: one folder per tenant, an append-only history of files.
-    #: Put it where the database's administrators cannot write (another host, WORM storage).
-    checkpoint_dir: str = "audit-checkpoints"
-    #: The Ed25519 private key (PEM) that signs checkpoints; ``govrag init`` and
-    #: ``govrag audit keygen`` create it (mode 0600). It must never be in the database.
-    signing_key: str = "keys/audit-signing-key.pem"
-    #: A public key (PEM) ``govrag audit verify`` checks signatures with, for an examiner who
-    #: does not hold the signing key. Default: the signing key's own public half; when both
-    #: are readable they must match.
-    verify_key: str | None = None
-    #: A tenant's checkpoint is written after this many events since its last one ...
-    checkpoint_every_events: int = Field(default=1000, ge=1, le=1_000_000_000)
-    #: ... or at its first event more than this many seconds after its last one.
-    checkpoint_every_seconds: float = Field(default=30.0, gt=0.0, le=31_536_000.0)
-
-
-class Settings(BaseSettings):
-    """Every setting of a deployment. Build it with :func:`load_settings`."""
-
-    model_config = SettingsConfigDict(
-        env_prefix="GOVRAG_", env_nested_delimiter="__", extra="forbid", frozen=True
-    )
-
-    deployment: Path = Path(".")
-    default_tenant: str = "default"
-    #: The route ``govrag search`` and sessions use when the caller names none.
-    default_route: str | None = None
-    store: StoreSettings = StoreSettings()
-    embedder: EmbedderSettings = EmbedderSettings()
-    search: SearchSettings = SearchSettings()
-    ingest: IngestSettings = IngestSettings()
-    corpora: dict[str, CorpusSettings] = {}
-    policy: PolicySettings = PolicySettings()
-    gateway: GatewaySettings = GatewaySettings()
-    rights: RightsSettings = RightsSettings()
-    validation: ValidationSettings = ValidationSettings()
-    llm: LlmSettings = LlmSettings()
-    writeback: WritebackSettings = WritebackSettings()
-    sources: dict[str, SourceSettings] = {}
-    curation: CurationSettings = CurationSettings()
-    audit: AuditSettings = AuditSettings()
-
-    @field_validator("sources")
-    @classmethod
-    def _source_names(cls, value: dict[str, SourceSettings]) -> dict[str, SourceSettings]:
-        for name, cfg in value.items():
-            if cfg.source_system is None and reserved_source_system(name) is not None:
-                raise ValueError(
-                    f"[sources.{name}] sets no source_system, so it would be its name {name!r}, "
-                    "which govrag reserves; set source_system to the system the documents "
-                    "come from"
-                )
-        return value
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # The TOML file is read by load_settings and passed as the lowest-priority source.
-        return init_settings, env_settings
-
-    def resolve_path(self, value: str) -> Path:
-        """A path from the settings, relative to the deployment directory."""
-        p = Path(value)
-        return p if p.is_absolute() else self.deployment / p
-
-    @property
-    def principals_path(self) -> Path:
-        return self.deployment / PRINCIPALS_FILE
-
-
-def find_deployment(explicit: str | Path | None = None) -> Path:
-    """The deployment directory: the explicit argument, else ``GOVRAG_DEPLOYMENT``, else cwd."""
-    raw = explicit if explicit is not None else os.environ.get(DEPLOYMENT_ENV)
-    path = Path(raw) if raw else Path.cwd()
-    if not path.is_dir():
-        raise ConfigError(
-            f"deployment directory {str(path)!r} does not exist; "
-            f"create one with: govrag init {path}"
-        )
-    return path
-
-
-def read_toml(path: Path) -> dict[str, Any]:
-    """Parse ``govrag.toml``; a problem (syntax, encoding, nesting) names the file and where."""
-    return deployfile.read_toml(path)
-
-
-def load_settings(deployment: str | Path | None = None, **overrides: Any) -> Settings:
-    """Settings for a deployment: ``overrides`` > environment > ``govrag.toml`` > defaults."""
-    root = find_deployment(deployment)
-    config_path = root / CONFIG_FILE
-    file_values: dict[str, Any] = read_toml(config_path) if config_path.exists() else {}
-    file_values.pop("deployment", None)
-    try:
-        # Only what the environment set: defaults stay unset and so do not mask the file.
-        env_values = Settings().model_dump(exclude_unset=True)
-    except ValidationError as exc:
-        raise ConfigError(_describe(exc, "environment (GOVRAG_* variables)")) from exc
-    merged = _deep_merge(_deep_merge(file_values, env_values), overrides)
-    merged["deployment"] = root
-    try:
-        return Settings.model_validate(merged)
-    except ValidationError as exc:
-        source = str(config_path) if config_path.exists() else "settings"
-        raise ConfigError(_describe(exc, source)) from exc
-
-
-def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in top.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
-def _describe(exc: ValidationError, source: str) -> str:
-    return f"{source}: {describe_validation(exc)}"

@@ -18,7 +18,8 @@ def open_store(settings: Settings, embedder: Embedder | None = None) -> Knowledg
     """Open the deployment's store from ``[store] url`` (validated with the settings, see
     :mod:`govrag.store_url`). Nothing is created unless the URL names a usable place
     (:func:`location_problems`)."""
-    url = settings.store.url
+    # The URL itself is taken out of its SecretUrl only here, to hand to the driver.
+    url = settings.store.url.get_secret_value()
     try:
         parsed = parse_store_url(url)
     except ValueError as exc:  # settings built without validation
@@ -26,8 +27,8 @@ def open_store(settings: Settings, embedder: Embedder | None = None) -> Knowledg
     if parsed.kind == "memory":
         return SQLiteStore(":memory:", index_dir=None, embedder=embedder, search=settings.search)
     for field, problem in location_problems(settings):
-        value = getattr(settings.store, field.removeprefix("store."))
-        raise ConfigError(f"[store] {field.removeprefix('store.')} {value!r}: {problem}")
+        shown = str(getattr(settings.store, field.removeprefix("store.")))  # password masked
+        raise ConfigError(f"[store] {field.removeprefix('store.')} {shown!r}: {problem}")
     index_dir = settings.resolve_path(settings.store.index_dir)
     if parsed.kind == "sqlite":
         return SQLiteStore(
@@ -40,7 +41,7 @@ def open_store(settings: Settings, embedder: Embedder | None = None) -> Knowledg
 
     return PostgresStore(
         url,
-        admin_url=settings.store.admin_url,
+        admin_url=admin.get_secret_value() if (admin := settings.store.admin_url) else None,
         pool_size=settings.store.pool_size,
         index_dir=index_dir,
         embedder=embedder,
