@@ -298,3 +298,34 @@ def test_a_pool_that_cannot_connect_logs_no_password(
             assert PASSWORD not in text, text
     finally:
         drop_pg_database(pg_cluster, admin)
+
+
+def test_the_llm_key_read_from_the_environment_is_held_masked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from govrag.agent.openai_chat import OpenAIChatClient
+    from govrag.settings import LlmSettings
+
+    monkeypatch.setenv("GOVRAG_TEST_LLM_KEY", f"sk-{PASSWORD}")
+    settings = LlmSettings(provider="openai", api_key_env="GOVRAG_TEST_LLM_KEY")
+    with OpenAIChatClient.from_settings(settings) as llm:
+        assert PASSWORD not in repr(llm) + repr(vars(llm)) + str(vars(llm))
+        assert PASSWORD not in repr(llm._client.headers)  # httpx masks Authorization
+    with OpenAIChatClient("http://llm.test/v1", "m", api_key=SecretStr(f"sk-{PASSWORD}")) as llm:
+        assert PASSWORD not in repr(vars(llm))
+
+
+@pytest.mark.parametrize(
+    ("toml", "field"),
+    [
+        (f'[llm]\nbase_url = "ftp://u:{PASSWORD}@llm.internal/v1"\n', "llm.base_url"),
+        (f'[rights.default]\nkind = "http"\nurl = "ftp://u:{PASSWORD}@rights"\n', "rights.default"),
+    ],
+)
+def test_other_urls_refused_with_credentials_are_masked(
+    tmp_path: Path, toml: str, field: str
+) -> None:
+    (tmp_path / "govrag.toml").write_text(toml)
+    with pytest.raises(ConfigError, match=rf"field '{field}'.*is not an http\(s\) URL") as info:
+        load_settings(tmp_path)
+    assert PASSWORD not in chain(info.value)

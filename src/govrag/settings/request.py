@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from govrag.settings.sections import Section
+from govrag.store_url import redact
 
 
 class GatewaySettings(Section):
@@ -66,7 +67,7 @@ class RightsCheckerSettings(Section):
         if self.kind == "http" and not self.url:
             raise ValueError("kind 'http' needs 'url', the source's rights endpoint")
         if self.url and not self.url.startswith(("http://", "https://")):
-            raise ValueError(f"url {self.url!r} is not an http(s) URL")
+            raise ValueError(f"url {redact(self.url)!r} is not an http(s) URL")
 
 
 class RightsSettings(Section):
@@ -141,9 +142,9 @@ class LlmSettings(Section):
     def _http(cls, value: str) -> str:
         value = value.strip()  # an env file's trailing newline is not part of the URL
         if not value.startswith(("http://", "https://")):
-            raise ValueError(f"base_url {value!r} is not an http(s) URL")
+            raise ValueError(f"base_url {redact(value)!r} is not an http(s) URL")
         if any(c.isspace() or not c.isprintable() for c in value):
-            raise ValueError(f"base_url {value!r} holds whitespace or a control character")
+            raise ValueError(f"base_url {redact(value)!r} holds whitespace or a control character")
         return value.rstrip("/")
 
 

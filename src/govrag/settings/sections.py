@@ -20,7 +20,8 @@ class Section(BaseModel):
     """A table of ``govrag.toml``: an unknown key is refused, never ignored (a typo must not
     silently leave a default in force)."""
 
-    model_config = ConfigDict(extra="forbid")
+    # hide_input_in_errors: a refused value is named by its field, never echoed (a password).
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
 
 class StoreSettings(Section):
