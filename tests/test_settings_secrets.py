@@ -329,3 +329,28 @@ def test_other_urls_refused_with_credentials_are_masked(
     with pytest.raises(ConfigError, match=rf"field '{field}'.*is not an http\(s\) URL") as info:
         load_settings(tmp_path)
     assert PASSWORD not in chain(info.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"postgresql://app:%zz{PASSWORD}@127.0.0.1:1/govrag",  # libpq quotes the token
+        f"postgresql://app:{PASSWORD}@[::1/govrag",  # libpq quotes the whole URI
+        f"postgresql://app:{PASSWORD}@127.0.0.1:1/govrag?nosuchoption=1",
+    ],
+)
+@pytest.mark.parametrize("field", ["url", "admin_url"])
+def test_a_url_libpq_cannot_parse_is_refused_masked(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, url: str, field: str
+) -> None:
+    pytest.importorskip("psycopg")
+    from govrag.store import open_store
+
+    store = {"url": pg_url(closed_port()), field: url}
+    settings = load_settings(tmp_path, store=store)
+    with caplog.at_level(logging.DEBUG), pytest.raises(ConfigError) as info:
+        open_store(settings)
+    assert f"[store] {field} " in str(info.value) and "cannot be parsed" in str(info.value)
+    assert "***" in str(info.value)
+    assert PASSWORD not in chain(info.value)
+    assert all(PASSWORD not in r.getMessage() for r in caplog.records)

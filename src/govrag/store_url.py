@@ -23,6 +23,7 @@ import difflib
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import unquote
 
 from pydantic import GetCoreSchemaHandler, SecretStr
 from pydantic_core import CoreSchema, core_schema
@@ -106,6 +107,18 @@ class SecretUrl(SecretStr):
     @staticmethod
     def _serialize(value: SecretUrl, info: core_schema.SerializationInfo) -> SecretUrl | str:
         return str(value) if info.mode == "json" else value
+
+
+def scrub(text: str, url: str) -> str:
+    """``text`` (a driver's message about ``url``) with every password ``url`` holds masked:
+    libpq quotes what it cannot parse, a password or the whole URL included."""
+    found = [m.group(0)[len(m["a"] if m["a"] is not None else m["b"]) + 1 : -1]
+             for m in _USERINFO.finditer(url)]  # fmt: skip
+    found += [m.group(2) for m in _PASSWORD_KEY.finditer(url)]
+    text = text.replace(url, redact(url))
+    for secret in sorted({f for s in found for f in (s, unquote(s)) if f}, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
 
 
 def parse_store_url(url: str | SecretStr) -> StoreUrl:
