@@ -39,6 +39,8 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from pydantic import SecretStr
+
 from govrag.agent.llm import LlmReply, Message, ToolCall
 from govrag.agent.llm_faults import QUOTA, classify
 from govrag.errors import LlmError, MissingExtraError
@@ -66,7 +68,7 @@ class OpenAIChatClient:
         base_url: str,
         model: str,
         *,
-        api_key: str | None = None,
+        api_key: str | SecretStr | None = None,
         timeout_s: float = 60.0,
         temperature: float = 0.0,
         max_tokens: int = 1024,
@@ -86,13 +88,16 @@ class OpenAIChatClient:
         # A key read from a CRLF env file ends in "\r": whitespace around it is never part
         # of it. One that still holds a control or non-ASCII character cannot be a header
         # value; it is refused (fault ``auth``) before anything is sent, never echoed.
+        if isinstance(api_key, SecretStr):
+            api_key = api_key.get_secret_value()
         key = (api_key or "").strip()
-        self._api_key = key or None
+        # Held as a SecretStr: repr(), vars() and debuggers show it masked.
+        self._api_key = SecretStr(key) if key else None
         self._bad_key = bool(key) and not all(" " < c < "\x7f" for c in key)
         self._ids = itertools.count(1)
         headers = {"Accept": "application/json", "Content-Type": "application/json"}
         if self._api_key and not self._bad_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
+            headers["Authorization"] = f"Bearer {self._api_key.get_secret_value()}"
         self._client = httpx.Client(
             headers=headers, timeout=httpx.Timeout(timeout_s), transport=transport
         )
@@ -106,7 +111,7 @@ class OpenAIChatClient:
         return cls(
             settings.base_url,
             settings.model,
-            api_key=key or None,
+            api_key=SecretStr(key) if key else None,
             timeout_s=settings.timeout_s,
             temperature=settings.temperature,
             max_tokens=settings.max_tokens,
@@ -233,8 +238,8 @@ class OpenAIChatClient:
         bodies, and header errors quote it escaped)."""
         if not self._api_key:
             return text
-        for form in {self._api_key, repr(self._api_key)[1:-1],
-                     self._api_key.encode("unicode_escape").decode("ascii")}:  # fmt: skip
+        key = self._api_key.get_secret_value()
+        for form in {key, repr(key)[1:-1], key.encode("unicode_escape").decode("ascii")}:
             text = text.replace(form, _REDACTED)
         return text
 

@@ -9,7 +9,7 @@ from govrag.errors import ConfigError
 from govrag.settings import Settings
 from govrag.store.protocol import KnowledgeStore
 from govrag.store.sqlite import SQLiteStore
-from govrag.store_url import parse_store_url
+from govrag.store_url import parse_store_url, redact, scrub
 
 __all__ = ["KnowledgeStore", "SQLiteStore", "location_problems", "open_store"]
 
@@ -18,7 +18,8 @@ def open_store(settings: Settings, embedder: Embedder | None = None) -> Knowledg
     """Open the deployment's store from ``[store] url`` (validated with the settings, see
     :mod:`govrag.store_url`). Nothing is created unless the URL names a usable place
     (:func:`location_problems`)."""
-    url = settings.store.url
+    # The URL itself is taken out of its SecretUrl only here, to hand to the driver.
+    url = settings.store.url.get_secret_value()
     try:
         parsed = parse_store_url(url)
     except ValueError as exc:  # settings built without validation
@@ -26,8 +27,8 @@ def open_store(settings: Settings, embedder: Embedder | None = None) -> Knowledg
     if parsed.kind == "memory":
         return SQLiteStore(":memory:", index_dir=None, embedder=embedder, search=settings.search)
     for field, problem in location_problems(settings):
-        value = getattr(settings.store, field.removeprefix("store."))
-        raise ConfigError(f"[store] {field.removeprefix('store.')} {value!r}: {problem}")
+        shown = str(getattr(settings.store, field.removeprefix("store.")))  # password masked
+        raise ConfigError(f"[store] {field.removeprefix('store.')} {shown!r}: {problem}")
     index_dir = settings.resolve_path(settings.store.index_dir)
     if parsed.kind == "sqlite":
         return SQLiteStore(
@@ -38,14 +39,35 @@ def open_store(settings: Settings, embedder: Embedder | None = None) -> Knowledg
         )
     from govrag.store.postgres import PostgresStore  # the optional 'postgres' extra
 
+    admin = settings.store.admin_url.get_secret_value() if settings.store.admin_url else None
+    _check_conninfo("url", url)
+    if admin is not None:
+        _check_conninfo("admin_url", admin)
     return PostgresStore(
         url,
-        admin_url=settings.store.admin_url,
+        admin_url=admin,
         pool_size=settings.store.pool_size,
         index_dir=index_dir,
         embedder=embedder,
         search=settings.search,
     )
+
+
+def _check_conninfo(field: str, url: str) -> None:
+    """Refuse a PostgreSQL URL libpq cannot parse before the store (or its pool's background
+    thread) hands it to libpq, whose message quotes the bad part: a password included."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        conninfo_to_dict(url)
+    except psycopg.Error as exc:
+        # Not chained: the driver's message is the very text that holds the password.
+        raise ConfigError(
+            f"[store] {field} {redact(url)!r} cannot be parsed ({scrub(str(exc).strip(), url)}); "
+            "percent-encode special characters of the user name and password (@ is %40, "
+            "% is %25)"
+        ) from None
 
 
 #: The first 16 bytes of every SQLite 3 database file.
