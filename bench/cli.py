@@ -9,7 +9,8 @@ installed, as ``make demo`` does) and ingested once in ``DIR`` (default
 ``bench/out/cli-demo``); then each command runs ``N`` times (default 5) as a fresh process,
 interleaved with the baseline ``python -c pass`` so both see the same machine. Peak memory is
 the child's maximum resident set size (``getrusage``), read through a one-shot wrapper process
-so every measurement is of one command alone. Prints a table and writes
+so every measurement is of one command alone; so is its CPU time (user + system), which other
+load on the machine inflates far less than wall time. Prints a table and writes
 ``bench/out/results-cli.json``.
 """
 
@@ -25,27 +26,29 @@ from pathlib import Path
 from typing import Any
 
 OUT = Path(__file__).resolve().parent / "out"
-#: Runs ``argv`` and prints its wall seconds and its peak RSS in KiB (the only child).
+#: Runs ``argv`` and prints its wall seconds, its peak RSS in KiB and its CPU seconds (the only
+#: child).
 _WRAPPER = (
     "import resource, subprocess, sys, time\n"
     "t = time.perf_counter()\n"
     "done = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)\n"
     "wall = time.perf_counter() - t\n"
-    "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
-    "print(wall, peak, done.returncode)\n"
+    "usage = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+    "print(wall, usage.ru_maxrss, done.returncode, usage.ru_utime + usage.ru_stime)\n"
     "sys.stderr.write(done.stderr.decode(errors='replace')[-2000:] if done.returncode else '')\n"
 )
 QUESTION = "What's our wire limit for corporate clients in the EU?"
 
 
-def measure(argv: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak MiB of one run of ``argv``; a failing command stops the bench."""
+def measure(argv: list[str]) -> tuple[float, float, float]:
+    """Wall seconds, peak MiB and CPU seconds of one run of ``argv``; a failing command stops
+    the bench."""
     done = subprocess.run([sys.executable, "-c", _WRAPPER, *argv], capture_output=True,
                           text=True, check=True)  # fmt: skip
-    wall, peak, rc = done.stdout.split()
+    wall, peak, rc, cpu = done.stdout.split()
     if rc != "0":
         raise SystemExit(f"{' '.join(argv)} exited {rc}: {done.stderr}")
-    return float(wall), int(peak) / 1024
+    return float(wall), int(peak) / 1024, float(cpu)
 
 
 def prepare(directory: Path) -> str:
@@ -78,22 +81,24 @@ def main(argv: list[str] | None = None) -> None:
         "ask (extractive)": [govrag, "ask", QUESTION, "--as", "officer-123", *d],
         "replay": [govrag, "replay", request_id, *d],
     }  # fmt: skip
-    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
+    runs: dict[str, list[tuple[float, float, float]]] = {name: [] for name in commands}
     for _ in range(args.repeat):  # interleaved: every command sees the same machine
         for name, command in commands.items():
             runs[name].append(measure(command))
-    base_wall = statistics.median(w for w, _ in runs["python -c pass (baseline)"])
-    base_mem = statistics.median(m for _, m in runs["python -c pass (baseline)"])
+    base_wall = statistics.median(w for w, _, _ in runs["python -c pass (baseline)"])
+    base_mem = statistics.median(m for _, m, _ in runs["python -c pass (baseline)"])
     rows: dict[str, dict[str, Any]] = {}
     print(f"{'command':<28} {'wall s (median)':>16} {'x baseline':>11} {'peak MiB':>9} "
-          f"{'x baseline':>11}")  # fmt: skip
+          f"{'x baseline':>11} {'cpu s':>6}")  # fmt: skip
     for name, values in runs.items():
-        wall = statistics.median(w for w, _ in values)
-        peak = statistics.median(m for _, m in values)
-        rows[name] = {"wall_s": wall, "wall_max_s": max(w for w, _ in values), "peak_mib": peak,
-                      "wall_ratio": wall / base_wall, "peak_ratio": peak / base_mem}  # fmt: skip
+        wall = statistics.median(w for w, _, _ in values)
+        peak = statistics.median(m for _, m, _ in values)
+        cpu = statistics.median(c for _, _, c in values)
+        rows[name] = {"wall_s": wall, "wall_max_s": max(w for w, _, _ in values),
+                      "peak_mib": peak, "cpu_s": cpu, "wall_ratio": wall / base_wall,
+                      "peak_ratio": peak / base_mem}  # fmt: skip
         print(f"{name:<28} {wall:>16.2f} {wall / base_wall:>10.0f}x {peak:>9.0f} "
-              f"{peak / base_mem:>10.1f}x")  # fmt: skip
+              f"{peak / base_mem:>10.1f}x {cpu:>6.2f}")  # fmt: skip
     OUT.mkdir(parents=True, exist_ok=True)
     result = {"repeat": args.repeat, "deployment": str(args.dir), "commands": rows,
               "total_s": time.perf_counter() - started}  # fmt: skip

@@ -111,6 +111,9 @@ class Deployment:
     def embedder(self) -> Embedder:
         cfg = self.settings.embedder
         options: dict[str, Any] = {"dim": cfg.dim} if cfg.name == "hash" else {}
+        if cfg.name == "minilm":
+            # The ONNX export of the model is cached beside the deployment (fast queries).
+            options["cache_dir"] = self.settings.deployment / ".govrag"
         return get_embedder(cfg.name, **options)
 
     @cached_property
