@@ -160,6 +160,7 @@ class MiniLMEmbedder:
             key = onnx_cache.cache_key(model_dir, cache_dir)
             encoder = onnx_cache.open_entry(cache_dir / onnx_cache.CACHE_DIR / key, model_dir, key)
             if encoder is None:
+                log.info("exporting the MiniLM query encoder to ONNX in %s (once)", cache_dir)
                 build = partial(self._export, model_dir, key)
                 entry = onnx_cache.publish(cache_dir, key, build, model_dir)
                 encoder = onnx_cache.open_entry(entry, model_dir, key)
