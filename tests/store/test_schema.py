@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 
 from govrag.errors import StoreError
-from govrag.store.schema import MIGRATIONS, migrate
+from govrag.store.migrations import Migration, migrate_sqlite, migrations
 
 from conftest import make_store
+
+MIGRATIONS = migrations("sqlite")
 
 
 def test_migrations_are_recorded_and_idempotent(tmp_path: Path) -> None:
@@ -31,20 +33,18 @@ def test_migrations_are_recorded_and_idempotent(tmp_path: Path) -> None:
 
 def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
     conn = sqlite3.connect(tmp_path / "x.db", isolation_level=None)
-    migrate(conn)
+    migrate_sqlite(conn)
     conn.execute("INSERT INTO schema_migrations VALUES (999, 'future', 'now')")
     with pytest.raises(StoreError, match="newer than this govrag knows"):
-        migrate(conn)
+        migrate_sqlite(conn)
 
 
 def test_a_failing_migration_leaves_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import govrag.store.schema as schema
-
-    monkeypatch.setattr(schema, "MIGRATIONS", [(1, "broken", "CREATE TABLE a (x); CREATE TABLE")])
+    broken = [Migration(1, "broken", "CREATE TABLE a (x); CREATE TABLE")]
     conn = sqlite3.connect(tmp_path / "y.db", isolation_level=None)
     with pytest.raises(StoreError):
-        schema.migrate(conn)
+        migrate_sqlite(conn, broken)
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert tables == {"schema_migrations"}

@@ -20,9 +20,9 @@ import numpy.typing as npt
 
 from govrag.embed.base import Embedder
 from govrag.settings import SearchSettings
+from govrag.store.clock import now_iso
 from govrag.store.dialect import Conn, Dialect
 from govrag.store.lexical import LexicalIndex
-from govrag.store.schema import now_iso
 
 log = logging.getLogger("govrag.store")
 

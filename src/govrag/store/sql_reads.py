@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from govrag.embed.base import FloatArray
+from govrag.store.clock import now_iso
 from govrag.store.filters import filters_sql
 from govrag.store.records import (
     EVERYONE,
@@ -18,7 +19,6 @@ from govrag.store.records import (
     principal_token,
     token_pair,
 )
-from govrag.store.schema import now_iso
 from govrag.store.search import ChunkInfo, resolve_corpora, run_search
 from govrag.store.sql_base import json_list, log
 from govrag.store.sql_derived import SQLDerived

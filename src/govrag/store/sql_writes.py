@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 from govrag.errors import ConfigError, IdentityConflict, StoreError
 from govrag.settings import CurationSettings
+from govrag.store.clock import now_iso
 from govrag.store.curation import NEUTRAL, CurationReport, parse_instant, trust_score
 from govrag.store.dialect import Conn
 from govrag.store.records import (
@@ -19,7 +20,6 @@ from govrag.store.records import (
     DocumentWrite,
     StoredHashes,
 )
-from govrag.store.schema import now_iso
 from govrag.store.sql_base import SQLBase, json_list
 
 
