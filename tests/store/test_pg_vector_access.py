@@ -297,7 +297,7 @@ def test_the_exact_path_reads_the_acl_index_as_the_app_role(
     load(pg_store, records, tenant)
     with psycopg.connect(pg_db, autocommit=True) as conn:
         conn.execute("ANALYZE chunk_vectors")
-    scope = pg_store.resolve_access(principal("ana@x.example", tenant), (), every_corpus=True)
+    scope = pg_store._resolve_access(principal("ana@x.example", tenant), (), every_corpus=True)
     conds, params = scope_sql(scope, True, None)
     query = pg_store.embedder.embed_query(TEXTS[0])
     app = psycopg.conninfo.make_conninfo(pg_db, user=PG_APP_ROLE)

@@ -65,7 +65,7 @@ class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
 
     backend = "postgres"
     #: The marker's unrestricted ranking runs beside the restricted one (``run_search``).
-    concurrent_marker = True
+    _concurrent_marker = True
 
     def __init__(
         self,
@@ -157,7 +157,7 @@ class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
             (n,) = conn.execute(self.dialect.sql(_COUNT_DRIFT), (tenant,)).fetchone()
             return int(n)
 
-    def vector_leg(
+    def _vector_leg(
         self,
         scope: AccessScope,
         query: FloatArray,

@@ -29,7 +29,7 @@ _HEAD = "SELECT COALESCE(MAX(seq), 0) FROM index_outbox WHERE tenant_id = ?"
 class SQLDerived(SQLBase):
     """Keeps this process's view of the derived indexes in step with the truth store."""
 
-    def vector_space(self, tenant: str) -> tuple[str, int] | None:
+    def _vector_space(self, tenant: str) -> tuple[str, int] | None:
         rows = self._q(
             tenant, "SELECT embedder, dim FROM vector_spaces WHERE tenant_id = ?", (tenant,)
         )

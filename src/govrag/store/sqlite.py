@@ -35,7 +35,7 @@ class SQLiteStore(SQLReads, SQLWrites, SQLSessions, SQLiteBase):
             return
         index = self._vectors.get(tenant)
         if index is None:
-            space = self.vector_space(tenant)
+            space = self._vector_space(tenant)
             if space is None:
                 return
             chunks, applied = self._snapshot(tenant, True)
@@ -51,7 +51,7 @@ class SQLiteStore(SQLReads, SQLWrites, SQLSessions, SQLiteBase):
     def _after_rebuild(self, tenant: str) -> None:
         self._vectors.pop(tenant, None)
 
-    def vector_leg(
+    def _vector_leg(
         self,
         scope: AccessScope,
         query: FloatArray,

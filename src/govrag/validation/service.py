@@ -21,11 +21,11 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Collection, Sequence
-from typing import Any, Protocol
 
 from govrag.audit.trail import recorded
 from govrag.settings import ValidationSettings
 from govrag.store.analyzer import default_analyzer
+from govrag.store.protocol import AuditWriter
 from govrag.types import ChunkOrigin, ContextPack, PackChunk, Principal
 from govrag.validation.report import (
     NO_EVIDENCE,
@@ -46,18 +46,8 @@ __all__ = ["AuditSink", "Validator"]
 log = logging.getLogger("govrag.validation")
 
 
-class AuditSink(Protocol):
-    """Where validation records its events; a ``KnowledgeStore`` is one."""
-
-    def append_audit(
-        self,
-        tenant: str,
-        kind: str,
-        payload: dict[str, Any],
-        *,
-        request_id: str,
-        session_id: str,
-    ) -> object: ...
+#: Where validation records its events; a ``KnowledgeStore`` is one.
+AuditSink = AuditWriter
 
 
 class Validator:
