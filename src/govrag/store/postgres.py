@@ -33,6 +33,7 @@ from govrag.store.pg_base import PgBase, describe_server
 from govrag.store.pg_schema import ALL_READERS, READER_SETTING
 from govrag.store.records import AccessScope, token_pair
 from govrag.store.sessions import SQLSessions
+from govrag.store.sql_access import SQLAccess
 from govrag.store.sql_reads import SQLReads
 from govrag.store.sql_writes import SQLWrites
 
@@ -60,7 +61,7 @@ _REPAIR_ACCESS = (
 )
 
 
-class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
+class PostgresStore(SQLReads, SQLWrites, SQLAccess, SQLSessions, PgBase):
     """Knowledge store on a PostgreSQL database with pgvector >= 0.8."""
 
     backend = "postgres"

@@ -76,6 +76,10 @@ class SQLBase:
         raise NotImplementedError
 
     # -- pieces of write transactions that differ by backend ---------------------------------
+    def _bump_epoch(self, conn: Conn, tenant: str) -> None:
+        """Rights (or what ranks) changed: caches keyed on the tenant's generation expire."""
+        conn.execute("UPDATE tenants SET acl_epoch = acl_epoch + 1 WHERE tenant_id = ?", (tenant,))
+
     def _ensure_tenant(self, conn: Conn, tenant: str) -> None:
         conn.execute(
             "INSERT INTO tenants(tenant_id, created_at) VALUES (?, ?) ON CONFLICT DO NOTHING",

@@ -15,7 +15,8 @@ import numpy as np
 
 from govrag.store.analyzer import default_analyzer
 from govrag.store.dialect import Conn
-from govrag.store.lexical import LexicalIndex, access_digest
+from govrag.store.lexical import LexicalIndex
+from govrag.store.lexical_format import access_digest
 from govrag.store.records import (
     IndexedChunk,
     IndexReport,

@@ -12,13 +12,14 @@ from collections.abc import Sequence
 from govrag.embed.base import FloatArray
 from govrag.store.records import AccessScope
 from govrag.store.sessions import SQLSessions
+from govrag.store.sql_access import SQLAccess
 from govrag.store.sql_reads import SQLReads, leg_args
 from govrag.store.sql_writes import SQLWrites
 from govrag.store.sqlite_base import SQLiteBase
 from govrag.store.vectors import VectorIndex
 
 
-class SQLiteStore(SQLReads, SQLWrites, SQLSessions, SQLiteBase):
+class SQLiteStore(SQLReads, SQLWrites, SQLAccess, SQLSessions, SQLiteBase):
     """Knowledge store on one SQLite file (or ``:memory:``)."""
 
     backend = "sqlite"
