@@ -27,6 +27,8 @@ from govrag.errors import StoreError
 from govrag.store.clock import now_iso
 
 if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
+
     import psycopg
 
 Dialect = Literal["sqlite", "postgres"]
@@ -49,7 +51,11 @@ class Migration(NamedTuple):
 @functools.cache
 def migrations(dialect: Dialect) -> tuple[Migration, ...]:
     """The dialect's migrations in version order, read from the package's ``.sql`` files."""
-    folder = resources.files(__name__).joinpath(dialect)
+    return load(resources.files(__name__).joinpath(dialect), dialect)
+
+
+def load(folder: Traversable, dialect: str) -> tuple[Migration, ...]:
+    """The migrations in ``folder``, checked: every ``.sql`` file well named, numbered 1..n."""
     found: list[Migration] = []
     for entry in folder.iterdir():
         if not entry.name.endswith(".sql"):
