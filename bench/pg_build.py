@@ -76,9 +76,11 @@ def _migrations() -> list[list[Any]]:
     """``[version, sha256 of its SQL]`` of every migration this tree has."""
     import hashlib
 
-    from govrag.store.pg_schema import MIGRATIONS
+    from govrag.store.migrations import migrations
 
-    return [[v, hashlib.sha256(sql.encode()).hexdigest()[:16]] for v, _, sql in MIGRATIONS]
+    return [
+        [v, hashlib.sha256(sql.encode()).hexdigest()[:16]] for v, _, sql in migrations("postgres")
+    ]
 
 
 def _upgrade(server: PgServer, root: Path, info: dict[str, Any]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ the reference for recall@10. :func:`leg_system` times the vector leg alone.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -47,47 +48,44 @@ class NoAcl:
     hydration on the same data, but ranked as if the caller could read everything (the
     re-check query still runs and every id is kept; no hidden-item marker, as nothing is
     hidden from such a caller).
+
+    White-box on purpose: the unfiltered legs are private to the store (no public member may
+    rank without the caller's rights), so the baseline takes the store's search backend.
     """
 
     def __init__(self, store: PostgresStore) -> None:
         self._store = store
-        self.embedder = store.embedder
-        self.search_settings = store.search_settings.model_copy(update={"hidden_marker": False})
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
-
-    def lexical_leg(
-        self,
-        scope: AccessScope,
-        terms: Sequence[str],
-        *,
-        acl: bool,
-        doc_ids: Sequence[int] | None,
-        limit: int,
-    ) -> list[tuple[int, float]]:
-        return self._store.lexical_leg(scope, terms, acl=False, doc_ids=doc_ids, limit=limit)
-
-    def vector_leg(
-        self,
-        scope: AccessScope,
-        query: F32,
-        *,
-        acl: bool,
-        doc_ids: Sequence[int] | None,
-        limit: int,
-    ) -> tuple[list[tuple[int, float]], bool]:
-        return self._store.vector_leg(scope, query, acl=False, doc_ids=doc_ids, limit=limit)
-
-    def readable_chunks(self, scope: AccessScope, chunk_ids: Sequence[int]) -> set[int]:
-        self._store.readable_chunks(scope, chunk_ids)
-        return set(chunk_ids)
 
     def search(self, principal: Principal, request: SearchRequest) -> SearchResult:
         store = self._store
+        real = store._search_backend()
+
+        def lexical(
+            scope: AccessScope, terms: Sequence[str], *, acl: bool,
+            doc_ids: Sequence[int] | None, limit: int,
+        ) -> list[tuple[int, float]]:  # fmt: skip
+            return real.lexical_leg(scope, terms, acl=False, doc_ids=doc_ids, limit=limit)
+
+        def vector(
+            scope: AccessScope, query: F32, *, acl: bool, doc_ids: Sequence[int] | None,
+            limit: int,
+        ) -> tuple[list[tuple[int, float]], bool]:  # fmt: skip
+            return real.vector_leg(scope, query, acl=False, doc_ids=doc_ids, limit=limit)
+
+        def readable(scope: AccessScope, chunk_ids: Sequence[int]) -> set[int]:
+            real.readable_chunks(scope, chunk_ids)
+            return set(chunk_ids)
+
+        backend = dataclasses.replace(
+            real,
+            search_settings=real.search_settings.model_copy(update={"hidden_marker": False}),
+            lexical_leg=lexical,
+            vector_leg=vector,
+            readable_chunks=readable,
+        )
         with store._lock:  # as store.search: catch up the derived index, then search
             store.sync_indexes(principal.tenant, vectors=request.strategy != Strategy.KEYWORD)
-            return run_search(self, principal, request)
+            return run_search(backend, principal, request)
 
 
 def search_system(
@@ -111,10 +109,12 @@ def leg_system(
     limit: int,
 ) -> System:
     """A timed system over the vector leg alone (query embedded beforehand). Returns the
-    documents found and, in place of the marker flag, whether the leg reported truncation."""
+    documents found and, in place of the marker flag, whether the leg reported truncation.
+    White-box: the leg is private to the store (see :class:`NoAcl`)."""
+    backend = store._search_backend()
 
     def leg(query: str) -> tuple[list[int], bool]:
-        hits, truncated = store.vector_leg(
+        hits, truncated = backend.vector_leg(
             scope, vectors[query], acl=True, doc_ids=None, limit=limit
         )
         return [int(chunk_doc[c]) for c, _ in hits], truncated
@@ -189,7 +189,7 @@ def explain_vector_leg(
 
     pg_base.PgConn.execute = capture  # type: ignore[method-assign]
     try:
-        store.vector_leg(scope, query, acl=True, doc_ids=None, limit=limit)
+        store._search_backend().vector_leg(scope, query, acl=True, doc_ids=None, limit=limit)
     finally:
         pg_base.PgConn.execute = original  # type: ignore[method-assign]
     plans: list[str] = []

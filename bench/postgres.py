@@ -230,8 +230,10 @@ def run(
 
             # The vector leg alone, forced exact and forced HNSW, at the two depths search
             # asks it for (top_k for semantic, vector_fusion_depth for a top-k hybrid).
-            scope = stores["pg"].resolve_access(
-                principal, stores["pg"].known_corpora(synthetic.TENANT), every_corpus=True
+            # White-box: access resolution is private to the store (see pg_systems.NoAcl).
+            backend = stores["pg"]._search_backend()
+            scope = backend.resolve_access(
+                principal, backend.known_corpora(synthetic.TENANT), every_corpus=True
             )
             legs: dict[str, System] = {}
             for limit in depths:

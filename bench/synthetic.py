@@ -368,10 +368,13 @@ def build_store(corpus: Corpus, root: Path, say: Say) -> dict[str, object]:
 def _code_fingerprint() -> str:
     """Hash of the code that shapes a built store (schema, ingest, chunking, analyzer)."""
     import govrag
+    from govrag.store.migrations import migrations
 
     src = Path(govrag.__file__).parent
     digest = hashlib.sha256()
-    for rel in ("store/schema.py", "store/analyzer.py", "harvest/ingest.py", "harvest/chunking.py"):
+    for migration in migrations("sqlite"):
+        digest.update(migration.sql.encode())
+    for rel in ("store/analyzer.py", "harvest/ingest.py", "harvest/chunking.py"):
         digest.update((src / rel).read_bytes())
     return digest.hexdigest()[:16]
 

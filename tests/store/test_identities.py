@@ -171,32 +171,28 @@ def test_concurrent_claims_leave_one_owner(open_store: StoreFactory) -> None:
 
 
 # -- the migration --------------------------------------------------------------------------
-def _old_sqlite(path: Path, monkeypatch: pytest.MonkeyPatch) -> sqlite3.Connection:
-    from govrag.store import schema
+def _old_sqlite(path: Path) -> sqlite3.Connection:
+    from govrag.store.migrations import migrate_sqlite, migrations
 
-    with monkeypatch.context() as m:
-        m.setattr(schema, "MIGRATIONS", [x for x in schema.MIGRATIONS if x[0] < 4])
-        conn = sqlite3.connect(path, isolation_level=None)
-        assert schema.migrate(conn) == 3
+    conn = sqlite3.connect(path, isolation_level=None)
+    assert migrate_sqlite(conn, [x for x in migrations("sqlite") if x[0] < 4]) == 3
     return conn
 
 
-def _old_postgres(pg: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Any]:
+def _old_postgres(pg: Any) -> tuple[str, Any]:
     import psycopg
 
-    from govrag.store import pg_schema
+    from govrag.store.migrations import migrate_postgres, migrations
 
     dsn = pg.create_database("identities_v4")
     conn = psycopg.connect(dsn, autocommit=True)
-    with monkeypatch.context() as m:
-        m.setattr(pg_schema, "MIGRATIONS", [x for x in pg_schema.MIGRATIONS if x[0] < 5])
-        assert pg_schema.migrate(conn) == 4
+    assert migrate_postgres(conn, known=[x for x in migrations("postgres") if x[0] < 5]) == 4
     return dsn, conn
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_the_migration_removes_ambiguous_bindings(
-    backend: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     rows = [
         ("t1", ANA, "sp", "A"),
@@ -206,11 +202,11 @@ def test_the_migration_removes_ambiguous_bindings(
         ("t2", MALLORY, "sp", "A"),  # another tenant's account A: one owner
     ]
     if backend == "sqlite":
-        conn = _old_sqlite(tmp_path / "govrag.db", monkeypatch)
+        conn = _old_sqlite(tmp_path / "govrag.db")
         insert, tenant_row = "INSERT INTO identities VALUES (?, ?, ?, ?)", "(?, 'now')"
     else:
         pg = request.getfixturevalue("pg_cluster")
-        dsn, conn = _old_postgres(pg, monkeypatch)
+        dsn, conn = _old_postgres(pg)
         insert, tenant_row = "INSERT INTO identities VALUES (%s, %s, %s, %s)", "(%s, 'now')"
     with conn:
         for tenant in ("t1", "t2"):

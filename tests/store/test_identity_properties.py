@@ -21,8 +21,7 @@ from hypothesis import strategies as st
 
 from govrag.errors import IdentityConflict
 from govrag.harvest.harvester import DryRunTarget
-from govrag.harvest.ingest import IngestTarget
-from govrag.store.protocol import KnowledgeStore
+from govrag.store.protocol import IngestWrites, KnowledgeStore
 from govrag.types import SearchRequest, Strategy
 
 from conftest import doc, load, make_store, principal
@@ -69,7 +68,7 @@ class Reference:
         return sorted(a for a, e in self.owner.items() if e == email)
 
 
-def run_op(store: IngestTarget, op: tuple[str, ...]) -> str:
+def run_op(store: IngestWrites, op: tuple[str, ...]) -> str:
     """One operation on a store, or on a dry run's target; its outcome."""
     kind, email, account = op[0], op[1], op[2]
     try:

@@ -14,13 +14,11 @@ skip_module_unless_available()
 import psycopg  # noqa: E402 - importable once the skip above has not fired
 
 from govrag.errors import StoreError  # noqa: E402
-from govrag.store.pg_schema import (  # noqa: E402
-    MIGRATIONS,
-    TENANT_SETTING,
-    TENANT_TABLES,
-    migrate,
-    parse_version,
-)
+from govrag.store.migrations import migrate_postgres as migrate  # noqa: E402
+from govrag.store.migrations import migrations  # noqa: E402
+from govrag.store.pg_schema import TENANT_SETTING, TENANT_TABLES, parse_version  # noqa: E402
+
+MIGRATIONS = migrations("postgres")
 
 
 @pytest.fixture(scope="module")

@@ -28,14 +28,10 @@ from pgvector.psycopg import register_vector  # noqa: E402
 
 from govrag.harvest.ingest import Ingestor  # noqa: E402
 from govrag.harvest.records import DeleteRecord, Record  # noqa: E402
+from govrag.store.migrations import migrate_postgres as migrate  # noqa: E402
+from govrag.store.migrations import migrations  # noqa: E402
 from govrag.store.pg_base import to_pyformat  # noqa: E402
-from govrag.store.pg_schema import (  # noqa: E402
-    ALL_READERS,
-    MIGRATIONS,
-    READER_SETTING,
-    TENANT_SETTING,
-    migrate,
-)
+from govrag.store.pg_schema import ALL_READERS, READER_SETTING, TENANT_SETTING  # noqa: E402
 from govrag.store.postgres import PostgresStore, exact_statement, scope_sql  # noqa: E402
 from govrag.store.records import principal_token  # noqa: E402
 from govrag.types import Classification, SearchRequest, Strategy  # noqa: E402
@@ -51,6 +47,7 @@ from conftest import (  # noqa: E402
     principal,
 )
 
+MIGRATIONS = migrations("postgres")
 _tenants = itertools.count()
 LEVELS = ["public", "internal", "confidential", "restricted"]
 TEXTS = ["wire limits for corporate clients", "credit risk review of the quarter"]
@@ -300,7 +297,7 @@ def test_the_exact_path_reads_the_acl_index_as_the_app_role(
     load(pg_store, records, tenant)
     with psycopg.connect(pg_db, autocommit=True) as conn:
         conn.execute("ANALYZE chunk_vectors")
-    scope = pg_store.resolve_access(principal("ana@x.example", tenant), (), every_corpus=True)
+    scope = pg_store._resolve_access(principal("ana@x.example", tenant), (), every_corpus=True)
     conds, params = scope_sql(scope, True, None)
     query = pg_store.embedder.embed_query(TEXTS[0])
     app = psycopg.conninfo.make_conninfo(pg_db, user=PG_APP_ROLE)

@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 
 from govrag.errors import StoreError
-from govrag.store.schema import MIGRATIONS, migrate
+from govrag.store.migrations import Migration, load, migrate_sqlite, migrations, sqlite_statements
 
 from conftest import make_store
+
+MIGRATIONS = migrations("sqlite")
 
 
 def test_migrations_are_recorded_and_idempotent(tmp_path: Path) -> None:
@@ -31,20 +33,38 @@ def test_migrations_are_recorded_and_idempotent(tmp_path: Path) -> None:
 
 def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
     conn = sqlite3.connect(tmp_path / "x.db", isolation_level=None)
-    migrate(conn)
+    migrate_sqlite(conn)
     conn.execute("INSERT INTO schema_migrations VALUES (999, 'future', 'now')")
     with pytest.raises(StoreError, match="newer than this govrag knows"):
-        migrate(conn)
+        migrate_sqlite(conn)
 
 
 def test_a_failing_migration_leaves_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import govrag.store.schema as schema
-
-    monkeypatch.setattr(schema, "MIGRATIONS", [(1, "broken", "CREATE TABLE a (x); CREATE TABLE")])
+    broken = [Migration(1, "broken", "CREATE TABLE a (x); CREATE TABLE")]
     conn = sqlite3.connect(tmp_path / "y.db", isolation_level=None)
     with pytest.raises(StoreError):
-        schema.migrate(conn)
+        migrate_sqlite(conn, broken)
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert tables == {"schema_migrations"}
+
+
+def test_migration_files_are_numbered_and_named(tmp_path: Path) -> None:
+    """A new migration is a file; a misnamed file or a gap in the numbers is refused on
+    load (a packaging mistake must not skip a schema change silently)."""
+    (tmp_path / "0001_first_thing.sql").write_text("CREATE TABLE a (x);\n")
+    (tmp_path / "0002_second-thing.sql").write_text("-- why; with a semicolon\nCREATE TABLE b (y);")
+    (tmp_path / "README.txt").write_text("not a migration")
+    loaded = load(tmp_path, "sqlite")
+    assert [(m.version, m.name) for m in loaded] == [(1, "first thing"), (2, "second-thing")]
+    assert sqlite_statements(loaded[1].sql) == ["CREATE TABLE b (y)"]
+    conn = sqlite3.connect(tmp_path / "z.db", isolation_level=None)
+    assert migrate_sqlite(conn, loaded) == 2
+    (tmp_path / "0004_gap.sql").write_text("CREATE TABLE c (z);")
+    with pytest.raises(StoreError, match=r"numbered \[1, 2, 4\].*renumber"):
+        load(tmp_path, "sqlite")
+    (tmp_path / "0004_gap.sql").unlink()
+    (tmp_path / "3_short.sql").write_text("CREATE TABLE c (z);")
+    with pytest.raises(StoreError, match="misnamed"):
+        load(tmp_path, "sqlite")

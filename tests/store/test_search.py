@@ -393,13 +393,13 @@ def test_hybrid_fuses_the_keyword_depth_with_the_vector_depth(
     load(store, [ident("ana@x.example", "A"), *docs])
     query = "wire transfer approval fraud"
     limits: list[int] = []
-    leg = store.vector_leg  # type: ignore[attr-defined]
+    leg = store._vector_leg  # type: ignore[attr-defined]
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         limits.append(kwargs["limit"])
         return leg(*args, **kwargs)
 
-    monkeypatch.setattr(store, "vector_leg", spy)
+    monkeypatch.setattr(store, "_vector_leg", spy)
     got = ids(store, "ana@x.example", query, strategy, top_k=top_k)
     assert set(limits) == {asked}  # the restricted ranking and the marker's alike
     if strategy is Strategy.HYBRID:

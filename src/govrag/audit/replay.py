@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from govrag.audit.events import (
     AuditEventBase,
@@ -40,19 +40,14 @@ from govrag.audit.events import (
     parse_event,
 )
 from govrag.errors import AuditEventError, NotFoundError
-from govrag.store.audit import AuditEvent, ChainReport
+from govrag.store.audit import AuditEvent
+from govrag.store.protocol import AuditLog
 
 M = TypeVar("M", bound=AuditEventBase)
 
 #: Events that name the caller (``sub``), in the order replay looks for one.
 _WITH_SUB = (RoutePinned, PinViolationEvent, PepDecisionEvent, HiddenMarkerEvent, IncidentEvent,
              ResponseEvent)  # fmt: skip
-
-
-class AuditReader(Protocol):
-    def audit_events(self, tenant: str, *, request_id: str | None = None) -> list[AuditEvent]: ...
-    def audit_session_pinned(self, tenant: str, session_id: str) -> AuditEvent | None: ...
-    def verify_audit(self, tenant: str) -> ChainReport: ...
 
 
 @dataclass
@@ -90,7 +85,7 @@ class Replay:
         return asdict(self)
 
 
-def replay(log: AuditReader, tenant: str, request_id: str) -> Replay:
+def replay(log: AuditLog, tenant: str, request_id: str) -> Replay:
     """Rebuild what happened in ``request_id`` of ``tenant`` from the audit log."""
     rows = log.audit_events(tenant, request_id=request_id)
     if not rows:

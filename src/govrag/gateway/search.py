@@ -35,7 +35,7 @@ from govrag.gateway.pack import (
 )
 from govrag.gateway.rerank import DeterministicReranker, Reranker
 from govrag.gateway.rights import RightsTrim, StoredAclChecker
-from govrag.store.protocol import KnowledgeStore
+from govrag.store.protocol import GovernedReads
 from govrag.types import NO_CORPUS, ChunkOrigin, Principal, SearchRequest, UncheckedChunk
 from govrag.writeback import ControlledWriteBackStore
 
@@ -48,7 +48,7 @@ class Gateway:
 
     def __init__(
         self,
-        store: KnowledgeStore,
+        store: GovernedReads,
         *,
         reranker: Reranker | None = None,
         counter: TokenCounter | None = None,

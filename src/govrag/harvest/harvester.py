@@ -15,8 +15,9 @@ from collections.abc import Callable, Sequence
 from govrag.embed.base import Embedder
 from govrag.errors import IdentityConflict
 from govrag.harvest.connector import Connector, HarvestReport
-from govrag.harvest.ingest import Ingestor, IngestTarget
+from govrag.harvest.ingest import Ingestor
 from govrag.settings import IngestSettings
+from govrag.store.protocol import IngestWrites
 from govrag.store.records import DocumentWrite, StoredHashes
 
 Key = tuple[str, str]
@@ -28,7 +29,7 @@ class DryRunTarget:
     ``store`` may be ``None`` (no store exists yet): then every document would be added.
     """
 
-    def __init__(self, store: IngestTarget | None) -> None:
+    def __init__(self, store: IngestWrites | None) -> None:
         self.store = store
         self._written: dict[Key, StoredHashes | None] = {}  # None: deleted in this run
         self._owners: dict[tuple[str, str, str], str | None] = {}  # None: unbound in this run
@@ -108,7 +109,7 @@ class _Ingestor(Ingestor):
 
 def harvest(
     connector: Connector,
-    store: IngestTarget | None,
+    store: IngestWrites | None,
     tenant: str,
     *,
     settings: IngestSettings | None = None,
@@ -119,7 +120,7 @@ def harvest(
     """Ingest everything ``connector`` yields into ``tenant``; ``progress(n_bytes)`` ticks as
     items are read. With ``dry_run`` nothing is written (``store`` may then be ``None``)."""
     if dry_run:
-        target: IngestTarget = DryRunTarget(store)
+        target: IngestWrites = DryRunTarget(store)
         embedder = None
     elif store is None:
         raise ValueError("harvest() needs a store unless dry_run is set")

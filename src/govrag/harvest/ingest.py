@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 from pydantic import ValidationError
@@ -34,42 +34,11 @@ from govrag.harvest.records import (
 )
 from govrag.settings import IngestSettings
 from govrag.store.filters import meta_rows
-from govrag.store.records import ChunkRow, DocumentWrite, StoredHashes
+from govrag.store.protocol import IngestWrites
+from govrag.store.records import ChunkRow, DocumentWrite
 from govrag.strict_json import load_json
 
 _BATCH = 64
-
-
-class IngestTarget(Protocol):
-    """What ingest needs from a knowledge store."""
-
-    def put_identity(
-        self,
-        tenant: str,
-        email: str,
-        source_system: str,
-        account_id: str,
-        *,
-        previous_email: str | None = None,
-    ) -> bool: ...
-
-    def remove_identity(
-        self, tenant: str, email: str, source_system: str, account_id: str
-    ) -> bool: ...
-
-    def account_owner(self, tenant: str, source_system: str, account_id: str) -> str | None: ...
-
-    def put_group(
-        self, tenant: str, source_system: str, group_id: str, members: list[str]
-    ) -> bool: ...
-
-    def stored_hashes(
-        self, tenant: str, keys: list[tuple[str, str]]
-    ) -> dict[tuple[str, str], StoredHashes]: ...
-
-    def put_document(self, tenant: str, doc: DocumentWrite) -> str: ...
-
-    def delete_document(self, tenant: str, source_system: str, external_id: str) -> bool: ...
 
 
 @dataclass
@@ -179,7 +148,7 @@ class Ingestor:
 
     def __init__(
         self,
-        store: IngestTarget,
+        store: IngestWrites,
         tenant: str,
         *,
         settings: IngestSettings | None = None,
@@ -318,7 +287,7 @@ class Ingestor:
 
 
 def ingest_jsonl(
-    store: IngestTarget,
+    store: IngestWrites,
     path: str | Path,
     tenant: str,
     *,

@@ -7,11 +7,32 @@ from pathlib import Path
 from govrag.embed.base import Embedder
 from govrag.errors import ConfigError
 from govrag.settings import Settings
-from govrag.store.protocol import KnowledgeStore
+from govrag.store.protocol import (
+    AccessLedger,
+    AuditLog,
+    AuditWriter,
+    GovernedReads,
+    IngestWrites,
+    KnowledgeStore,
+    SessionStore,
+    StoreAdmin,
+)
 from govrag.store.sqlite import SQLiteStore
 from govrag.store_url import parse_store_url, redact, scrub
 
-__all__ = ["KnowledgeStore", "SQLiteStore", "location_problems", "open_store"]
+__all__ = [
+    "AccessLedger",
+    "AuditLog",
+    "AuditWriter",
+    "GovernedReads",
+    "IngestWrites",
+    "KnowledgeStore",
+    "SQLiteStore",
+    "SessionStore",
+    "StoreAdmin",
+    "location_problems",
+    "open_store",
+]
 
 
 def open_store(settings: Settings, embedder: Embedder | None = None) -> KnowledgeStore:

@@ -26,8 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from govrag.store.clock import now_iso
 from govrag.store.dialect import Conn
-from govrag.store.schema import now_iso
 from govrag.store.sql_base import SQLBase, log
 
 #: ``prev_hash`` of a chain's first event.

@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import hashlib
 import os
-import shutil
 import threading
 import time
 from collections import OrderedDict
@@ -34,38 +32,14 @@ import tantivy
 
 from govrag.errors import IndexStaleError, StoreError
 from govrag.store import bm25
+from govrag.store.lexical_format import discard_other_format, schema, to_tantivy
 from govrag.store.records import IndexedChunk
 
 _SEQ_FILE = "applied_seq"
-_FORMAT_FILE = "format"
 #: Filter statistics kept per index (a few KB each).
 STATS_ENTRIES = 4096
-#: Bump when the schema or the meaning of a field changes: an index of another format is
-#: discarded on open and rebuilt from the truth store.
-FORMAT = "2"
 #: How long a search waits for another process's index writer before refusing to search.
 WRITER_WAIT_SECONDS = 15.0
-
-
-def _schema() -> tantivy.Schema:
-    sb = tantivy.SchemaBuilder()
-    sb.add_unsigned_field("cid", indexed=True, fast=True)
-    sb.add_unsigned_field("did", indexed=True, fast=True)
-    # One token per distinct term, ``term␟tf␟dl``, and the quantised length (see bm25.py).
-    sb.add_text_field("tf", tokenizer_name="raw", index_option="basic")
-    sb.add_text_field("dl", tokenizer_name="raw", index_option="basic")
-    sb.add_text_field("acl", tokenizer_name="raw", index_option="basic")
-    sb.add_text_field("corpus", tokenizer_name="raw", index_option="basic")
-    sb.add_unsigned_field("cls", indexed=True, fast=True)
-    # A digest of what the access predicate reads, for ``govrag index verify``.
-    sb.add_unsigned_field("acc", fast=True)
-    return sb.build()
-
-
-def access_digest(doc_id: int, corpus: str, classification: int, acl: Iterable[str]) -> int:
-    """64 bits of a digest of a chunk's document, corpus, classification and ACL tokens."""
-    body = "\x1e".join([str(doc_id), corpus, str(classification), *sorted(acl)])
-    return int.from_bytes(hashlib.sha256(body.encode()).digest()[:8], "big")
 
 
 class LexicalIndex:
@@ -73,7 +47,7 @@ class LexicalIndex:
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
-        self.schema = _schema()
+        self.schema = schema()
         self._mem_seq = 0
         #: Whether this index holds no committed state (new, or of an older format).
         self.created = path is None or not (path / _SEQ_FILE).exists()
@@ -81,7 +55,7 @@ class LexicalIndex:
             if path is None:
                 self._index = tantivy.Index(self.schema)
             else:
-                self.created = _discard_other_format(path) or self.created
+                self.created = discard_other_format(path) or self.created
                 self._index = tantivy.Index(self.schema, str(path), reuse=True)
             # Manual reloads: the reader moves only when this process syncs, so what it
             # searches is exactly the outbox position it recorded.
@@ -150,7 +124,7 @@ class LexicalIndex:
                         tantivy.Query.term_set_query(self.schema, "did", batch)
                     )
             for doc in docs:
-                writer.add_document(self._to_tantivy(doc))
+                writer.add_document(to_tantivy(doc))
             writer.commit()
         except ValueError as exc:
             with contextlib.suppress(ValueError):
@@ -206,24 +180,6 @@ class LexicalIndex:
                     ) from exc
                 time.sleep(delay)
                 delay = min(delay * 2, 0.2)
-
-    @staticmethod
-    def _to_tantivy(doc: IndexedChunk) -> tantivy.Document:
-        out = tantivy.Document()
-        out.add_unsigned("cid", doc.chunk_id)
-        out.add_unsigned("did", doc.doc_id)
-        tokens, dl = bm25.chunk_tokens(doc.terms.split())
-        for token in tokens:
-            out.add_text("tf", token)
-        out.add_text("dl", str(dl))
-        for token in doc.acl_tokens:
-            out.add_text("acl", token)
-        out.add_text("corpus", doc.corpus)
-        out.add_unsigned("cls", doc.classification)
-        out.add_unsigned(
-            "acc", access_digest(doc.doc_id, doc.corpus, doc.classification, doc.acl_tokens)
-        )
-        return out
 
     # -- reads -----------------------------------------------------------------------------
     def search(
@@ -393,23 +349,3 @@ def _top(searcher: tantivy.Searcher, query: tantivy.Query, limit: int) -> list[t
         key=lambda pair: (-pair[1], pair[0]),
     )
     return ranked[:limit]
-
-
-def _discard_other_format(path: Path) -> bool:
-    """Empty ``path`` when it holds an index of another format; returns whether it did.
-    The index is derived: the next sync rebuilds it from the truth store."""
-    marker = path / _FORMAT_FILE
-    try:
-        if marker.read_text().strip() == FORMAT:
-            return False
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        raise StoreError(f"cannot read {marker}: {exc.strerror}") from exc
-    if path.exists():
-        shutil.rmtree(path)
-    path.mkdir(parents=True, exist_ok=True)
-    tmp = path / f"{_FORMAT_FILE}.{os.getpid()}.tmp"
-    tmp.write_text(FORMAT)
-    os.replace(tmp, marker)
-    return True

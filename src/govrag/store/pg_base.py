@@ -2,8 +2,8 @@
 
 Every transaction names its tenant with ``set_config('govrag.tenant', ..., true)`` (local to
 the transaction, so it is safe behind a transaction-mode pooler): the forced row-level
-security policies of ``pg_schema.py`` then hide every other tenant's rows, in addition to the
-``tenant_id`` predicate each statement carries.
+security policies (``migrations/postgres/``) then hide every other tenant's rows, in addition
+to the ``tenant_id`` predicate each statement carries.
 
 Needs the ``postgres`` extra; importing this module without it raises
 :class:`~govrag.errors.MissingExtraError` naming the extra.
@@ -17,14 +17,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from govrag.errors import MissingExtraError, StoreError
+from govrag.store.clock import now_iso
 from govrag.store.dialect import POSTGRES, Conn, Cursor, to_pyformat
-from govrag.store.pg_schema import (
-    AUDIT_DIRECTORY_SETTING,
-    TENANT_SETTING,
-    ensure_vector_index,
-    migrate,
-)
-from govrag.store.schema import now_iso
+from govrag.store.migrations import migrate_postgres
+from govrag.store.pg_schema import AUDIT_DIRECTORY_SETTING, TENANT_SETTING, ensure_vector_index
 from govrag.store.sql_base import SQLBase, log
 
 try:
@@ -101,7 +97,7 @@ class PgBase(SQLBase):
             with psycopg.connect(
                 self.admin_url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
             ) as conn:
-                migrate(conn, app_role=app_role)
+                migrate_postgres(conn, app_role=app_role)
                 for dim in vector_dims:
                     if ensure_vector_index(conn, dim):
                         log.info("created the HNSW index for %d-dimensional vectors", dim)

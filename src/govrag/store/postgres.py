@@ -33,6 +33,7 @@ from govrag.store.pg_base import PgBase, describe_server
 from govrag.store.pg_schema import ALL_READERS, READER_SETTING
 from govrag.store.records import AccessScope, token_pair
 from govrag.store.sessions import SQLSessions
+from govrag.store.sql_access import SQLAccess
 from govrag.store.sql_reads import SQLReads
 from govrag.store.sql_writes import SQLWrites
 
@@ -60,12 +61,12 @@ _REPAIR_ACCESS = (
 )
 
 
-class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
+class PostgresStore(SQLReads, SQLWrites, SQLAccess, SQLSessions, PgBase):
     """Knowledge store on a PostgreSQL database with pgvector >= 0.8."""
 
     backend = "postgres"
     #: The marker's unrestricted ranking runs beside the restricted one (``run_search``).
-    concurrent_marker = True
+    _concurrent_marker = True
 
     def __init__(
         self,
@@ -157,7 +158,7 @@ class PostgresStore(SQLReads, SQLWrites, SQLSessions, PgBase):
             (n,) = conn.execute(self.dialect.sql(_COUNT_DRIFT), (tenant,)).fetchone()
             return int(n)
 
-    def vector_leg(
+    def _vector_leg(
         self,
         scope: AccessScope,
         query: FloatArray,

@@ -22,7 +22,7 @@ security argument:
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Protocol
@@ -60,8 +60,51 @@ class ChunkInfo:
         return f"{self.source_system}:{self.doc_id}#{self.ordinal}"
 
 
-class SearchBackend(Protocol):
-    """Primitives a truth-store backend implements for :func:`run_search`."""
+class LegFn(Protocol):
+    """A keyword leg: BM25 top ``limit`` under the scope's corpora and ceiling and, with
+    ``acl``, its principal tokens; statistics counted under that same predicate."""
+
+    def __call__(
+        self,
+        scope: AccessScope,
+        terms: Sequence[str],
+        *,
+        acl: bool,
+        doc_ids: Sequence[int] | None,
+        limit: int,
+    ) -> list[tuple[int, float]]: ...
+
+
+class VectorLegFn(Protocol):
+    """Top ``limit`` by similarity, and whether a scan bound stopped the search before it
+    could prove there are no more candidates (the result may then be short)."""
+
+    def __call__(
+        self,
+        scope: AccessScope,
+        query: FloatArray,
+        *,
+        acl: bool,
+        doc_ids: Sequence[int] | None,
+        limit: int,
+    ) -> tuple[list[tuple[int, float]], bool]: ...
+
+
+class ResolveAccessFn(Protocol):
+    def __call__(
+        self, principal: Principal, corpora: Sequence[str], *, every_corpus: bool
+    ) -> AccessScope: ...
+
+
+@dataclass(frozen=True)
+class SearchBackend:
+    """The primitives a store hands :func:`run_search`, and only it.
+
+    They are access-free or access-parametrised (``acl=False`` ranks without the caller's
+    tokens, for the hidden-item marker; ``chunk_info`` reads chunk text by id with no check),
+    so no store offers them as public members: a store builds this record from its private
+    methods inside its ``search`` and it goes no further than this module.
+    """
 
     search_settings: SearchSettings
     embedder: Embedder | None
@@ -70,65 +113,28 @@ class SearchBackend(Protocol):
     #: caller's vector leg is server time, and tantivy releases the GIL while it searches.
     #: SQLite: no, the store serialises its searches on one connection.
     concurrent_marker: bool
-
-    def known_corpora(self, tenant: str) -> list[str]: ...
-
-    def resolve_access(
-        self, principal: Principal, corpora: Sequence[str], *, every_corpus: bool
-    ) -> AccessScope: ...
-
-    def vector_space(self, tenant: str) -> tuple[str, int] | None: ...
-
-    def filtered_doc_ids(
-        self, scope: AccessScope, filters: tuple[MetadataFilter, ...]
-    ) -> list[int]: ...
-
-    def lexical_leg(
-        self,
-        scope: AccessScope,
-        terms: Sequence[str],
-        *,
-        acl: bool,
-        doc_ids: Sequence[int] | None,
-        limit: int,
-    ) -> list[tuple[int, float]]:
-        """BM25 top ``limit`` under the scope's corpora and ceiling and, with ``acl``, its
-        principal tokens; statistics counted under that same predicate."""
-        ...
-
-    def vector_leg(
-        self,
-        scope: AccessScope,
-        query: FloatArray,
-        *,
-        acl: bool,
-        doc_ids: Sequence[int] | None,
-        limit: int,
-    ) -> tuple[list[tuple[int, float]], bool]:
-        """Top ``limit`` by similarity, and whether a scan bound stopped the search before
-        it could prove there are no more candidates (the result may then be short)."""
-        ...
-
-    def withheld_chunks(self, scope: AccessScope, terms: Sequence[str], limit: int) -> list[int]:
-        """Up to ``limit`` chunk ids, lowest first, of chunks in the scope's corpora at or
-        below its ceiling that hold every one of ``terms`` and that its principal tokens do
-        not open (by the derived index; the truth store re-checks)."""
-        ...
-
-    def readable_chunks(self, scope: AccessScope, chunk_ids: Sequence[int]) -> set[int]: ...
-
-    def chunk_info(self, tenant: str, chunk_ids: Sequence[int]) -> dict[int, ChunkInfo]: ...
-
-    def record_incident(self, tenant: str, kind: str, detail: dict[str, object]) -> None: ...
+    known_corpora: Callable[[str], list[str]]
+    resolve_access: ResolveAccessFn
+    vector_space: Callable[[str], tuple[str, int] | None]
+    filtered_doc_ids: Callable[[AccessScope, tuple[MetadataFilter, ...]], list[int]]
+    lexical_leg: LegFn
+    vector_leg: VectorLegFn
+    #: Up to ``limit`` chunk ids, lowest first, of chunks in the scope's corpora at or below
+    #: its ceiling that hold every one of ``terms`` and that its principal tokens do not open
+    #: (by the derived index; the truth store re-checks).
+    withheld_chunks: Callable[[AccessScope, Sequence[str], int], list[int]]
+    readable_chunks: Callable[[AccessScope, Sequence[int]], set[int]]
+    chunk_info: Callable[[str, Sequence[int]], dict[int, ChunkInfo]]
+    record_incident: Callable[[str, str, dict[str, object]], None]
 
 
 def resolve_corpora(
-    backend: SearchBackend, tenant: str, wanted: Sequence[str] | None
+    known_corpora: Callable[[str], list[str]], tenant: str, wanted: Sequence[str] | None
 ) -> tuple[list[str], bool]:
     """The corpora a request targets that hold documents (the named ones, or all of the
     tenant's), and whether they are every corpus of the tenant. A named corpus without
     documents is simply empty: not an error, and no message that lists what exists."""
-    known = backend.known_corpora(tenant)
+    known = known_corpora(tenant)
     if not wanted:
         return known, True
     targets = [c for c in dict.fromkeys(wanted) if c in known]
@@ -197,7 +203,7 @@ def run_search(
 ) -> SearchResult:
     """Search on behalf of ``principal``: only chunks it may read, best first."""
     tenant = principal.tenant
-    corpora, every_corpus = resolve_corpora(backend, tenant, request.corpora)
+    corpora, every_corpus = resolve_corpora(backend.known_corpora, tenant, request.corpora)
     empty = SearchResult(query=request.query, strategy=request.strategy, results=())
     if not corpora:
         return empty

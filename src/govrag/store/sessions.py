@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from govrag.errors import InputError
 from govrag.store.audit import AuditEvent, SQLAudit
-from govrag.store.schema import now_iso
+from govrag.store.clock import now_iso
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,9 @@ import numpy.typing as npt
 
 from govrag.embed.base import Embedder
 from govrag.settings import SearchSettings
+from govrag.store.clock import now_iso
 from govrag.store.dialect import Conn, Dialect
 from govrag.store.lexical import LexicalIndex
-from govrag.store.schema import now_iso
 
 log = logging.getLogger("govrag.store")
 
@@ -76,6 +76,10 @@ class SQLBase:
         raise NotImplementedError
 
     # -- pieces of write transactions that differ by backend ---------------------------------
+    def _bump_epoch(self, conn: Conn, tenant: str) -> None:
+        """Rights (or what ranks) changed: caches keyed on the tenant's generation expire."""
+        conn.execute("UPDATE tenants SET acl_epoch = acl_epoch + 1 WHERE tenant_id = ?", (tenant,))
+
     def _ensure_tenant(self, conn: Conn, tenant: str) -> None:
         conn.execute(
             "INSERT INTO tenants(tenant_id, created_at) VALUES (?, ?) ON CONFLICT DO NOTHING",

@@ -15,7 +15,8 @@ import numpy as np
 
 from govrag.store.analyzer import default_analyzer
 from govrag.store.dialect import Conn
-from govrag.store.lexical import LexicalIndex, access_digest
+from govrag.store.lexical import LexicalIndex
+from govrag.store.lexical_format import access_digest
 from govrag.store.records import (
     IndexedChunk,
     IndexReport,
@@ -29,7 +30,7 @@ _HEAD = "SELECT COALESCE(MAX(seq), 0) FROM index_outbox WHERE tenant_id = ?"
 class SQLDerived(SQLBase):
     """Keeps this process's view of the derived indexes in step with the truth store."""
 
-    def vector_space(self, tenant: str) -> tuple[str, int] | None:
+    def _vector_space(self, tenant: str) -> tuple[str, int] | None:
         rows = self._q(
             tenant, "SELECT embedder, dim FROM vector_spaces WHERE tenant_id = ?", (tenant,)
         )

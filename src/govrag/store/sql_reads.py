@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from govrag.embed.base import FloatArray
+from govrag.store.clock import now_iso
 from govrag.store.filters import filters_sql
 from govrag.store.records import (
     EVERYONE,
@@ -18,8 +19,7 @@ from govrag.store.records import (
     principal_token,
     token_pair,
 )
-from govrag.store.schema import now_iso
-from govrag.store.search import ChunkInfo, resolve_corpora, run_search
+from govrag.store.search import ChunkInfo, SearchBackend, resolve_corpora, run_search
 from govrag.store.sql_base import json_list, log
 from govrag.store.sql_derived import SQLDerived
 from govrag.types import MetadataFilter, Principal, SearchRequest, SearchResult, Strategy
@@ -60,7 +60,7 @@ class SQLReads(SQLDerived):
     """Catalogue, access resolution and search primitives over the truth store."""
 
     #: See :class:`~govrag.store.search.SearchBackend`; PostgreSQL overrides it.
-    concurrent_marker = False
+    _concurrent_marker = False
 
     def acl_epoch(self, tenant: str) -> int:
         rows = self._q(tenant, "SELECT acl_epoch FROM tenants WHERE tenant_id = ?", (tenant,))
@@ -99,10 +99,10 @@ class SQLReads(SQLDerived):
             return True
         with self._lock, self._pin_reads(tenant):
             self.sync_indexes(tenant, vectors=False)
-            targets, every = resolve_corpora(self, tenant, corpora)
+            targets, every = resolve_corpora(self._known_corpora, tenant, corpora)
             if not targets:
                 return True
-            scope = self.resolve_access(principal, targets, every_corpus=every)
+            scope = self._resolve_access(principal, targets, every_corpus=every)
             args = leg_args(scope, False, None, 1)
             index, _ = self._lexical_index(tenant)
             return not index.any_match(corpora=args["corpora"], acl_tokens=None,
@@ -140,7 +140,7 @@ class SQLReads(SQLDerived):
         )
         return [(r[0], r[1]) for r in rows]
 
-    def known_corpora(self, tenant: str) -> list[str]:
+    def _known_corpora(self, tenant: str) -> list[str]:
         return [c for c, _ in self.list_corpora(tenant)]
 
     def describe_corpus(self, tenant: str, corpus: str, description: str) -> None:
@@ -154,7 +154,7 @@ class SQLReads(SQLDerived):
             )
 
     # -- access ----------------------------------------------------------------------------
-    def resolve_access(
+    def _resolve_access(
         self, principal: Principal, corpora: Sequence[str], *, every_corpus: bool
     ) -> AccessScope:
         """The caller's principal tokens (one SQL statement), ceiling and corpus scope.
@@ -181,8 +181,8 @@ class SQLReads(SQLDerived):
             filter_ceiling=top is None or int(top) > int(principal.clearance),
         )
 
-    # -- search primitives (used by store.search.run_search) -------------------------------
-    def lexical_leg(
+    # -- search primitives (private: handed to run_search only, see _search_backend) -------
+    def _lexical_leg(
         self,
         scope: AccessScope,
         terms: Sequence[str],
@@ -194,7 +194,7 @@ class SQLReads(SQLDerived):
         index, _ = self._lexical_index(scope.tenant)
         return index.search(terms, **leg_args(scope, acl, doc_ids, limit))
 
-    def withheld_chunks(self, scope: AccessScope, terms: Sequence[str], limit: int) -> list[int]:
+    def _withheld_chunks(self, scope: AccessScope, terms: Sequence[str], limit: int) -> list[int]:
         """The hidden-item marker's candidates: see :meth:`LexicalIndex.withheld`."""
         if not scope.tokens:
             return []
@@ -204,7 +204,7 @@ class SQLReads(SQLDerived):
                               max_classification=args["max_classification"],
                               limit=limit)  # fmt: skip
 
-    def vector_leg(
+    def _vector_leg(
         self,
         scope: AccessScope,
         query: FloatArray,
@@ -215,7 +215,7 @@ class SQLReads(SQLDerived):
     ) -> tuple[list[tuple[int, float]], bool]:
         raise NotImplementedError
 
-    def filtered_doc_ids(
+    def _filtered_doc_ids(
         self, scope: AccessScope, filters: tuple[MetadataFilter, ...]
     ) -> list[int]:
         """The sql primitive: documents in the scope's corpora that the caller may read and
@@ -237,7 +237,7 @@ class SQLReads(SQLDerived):
         )
         return [int(r[0]) for r in rows]
 
-    def readable_chunks(self, scope: AccessScope, chunk_ids: Sequence[int]) -> set[int]:
+    def _readable_chunks(self, scope: AccessScope, chunk_ids: Sequence[int]) -> set[int]:
         """Defence in depth: which of ``chunk_ids`` the truth store's ACL lets the caller read."""
         if not chunk_ids or not scope.tokens:
             return set()
@@ -284,7 +284,7 @@ class SQLReads(SQLDerived):
         """External id -> corpus of the given documents the caller may read now."""
         if not external_ids:
             return {}
-        scope = self.resolve_access(principal, (), every_corpus=True)
+        scope = self._resolve_access(principal, (), every_corpus=True)
         if not scope.tokens:
             return {}
         rows = self._q(
@@ -314,7 +314,7 @@ class SQLReads(SQLDerived):
         )
         return [str(r[0]) for r in rows]
 
-    def chunk_info(self, tenant: str, chunk_ids: Sequence[int]) -> dict[int, ChunkInfo]:
+    def _chunk_info(self, tenant: str, chunk_ids: Sequence[int]) -> dict[int, ChunkInfo]:
         """Display fields of chunks, with the author's email for the hidden-item marker."""
         if not chunk_ids:
             return {}
@@ -350,7 +350,25 @@ class SQLReads(SQLDerived):
         # Derived in-process indexes are mutable: a store serialises its searches.
         with self._lock, self._pin_reads(principal.tenant):
             self.sync_indexes(principal.tenant, vectors=request.strategy != Strategy.KEYWORD)
-            return run_search(self, principal, request)
+            return run_search(self._search_backend(), principal, request)
+
+    def _search_backend(self) -> SearchBackend:
+        """This store's primitives, for :func:`run_search` only (see :class:`SearchBackend`)."""
+        return SearchBackend(
+            search_settings=self.search_settings,
+            embedder=self.embedder,
+            concurrent_marker=self._concurrent_marker,
+            known_corpora=self._known_corpora,
+            resolve_access=self._resolve_access,
+            vector_space=self._vector_space,
+            filtered_doc_ids=self._filtered_doc_ids,
+            lexical_leg=self._lexical_leg,
+            vector_leg=self._vector_leg,
+            withheld_chunks=self._withheld_chunks,
+            readable_chunks=self._readable_chunks,
+            chunk_info=self._chunk_info,
+            record_incident=self.record_incident,
+        )
 
 
 def token_pairs(scope: AccessScope) -> str:

@@ -12,13 +12,14 @@ from collections.abc import Sequence
 from govrag.embed.base import FloatArray
 from govrag.store.records import AccessScope
 from govrag.store.sessions import SQLSessions
+from govrag.store.sql_access import SQLAccess
 from govrag.store.sql_reads import SQLReads, leg_args
 from govrag.store.sql_writes import SQLWrites
 from govrag.store.sqlite_base import SQLiteBase
 from govrag.store.vectors import VectorIndex
 
 
-class SQLiteStore(SQLReads, SQLWrites, SQLSessions, SQLiteBase):
+class SQLiteStore(SQLReads, SQLWrites, SQLAccess, SQLSessions, SQLiteBase):
     """Knowledge store on one SQLite file (or ``:memory:``)."""
 
     backend = "sqlite"
@@ -35,7 +36,7 @@ class SQLiteStore(SQLReads, SQLWrites, SQLSessions, SQLiteBase):
             return
         index = self._vectors.get(tenant)
         if index is None:
-            space = self.vector_space(tenant)
+            space = self._vector_space(tenant)
             if space is None:
                 return
             chunks, applied = self._snapshot(tenant, True)
@@ -51,7 +52,7 @@ class SQLiteStore(SQLReads, SQLWrites, SQLSessions, SQLiteBase):
     def _after_rebuild(self, tenant: str) -> None:
         self._vectors.pop(tenant, None)
 
-    def vector_leg(
+    def _vector_leg(
         self,
         scope: AccessScope,
         query: FloatArray,

@@ -12,7 +12,7 @@ from govrag.embed.base import Embedder
 from govrag.errors import StoreError
 from govrag.settings import SearchSettings
 from govrag.store.dialect import SQLITE, Conn
-from govrag.store.schema import migrate
+from govrag.store.migrations import migrate_sqlite
 from govrag.store.sql_base import SQLBase
 from govrag.store.vectors import VectorIndex
 
@@ -44,7 +44,7 @@ class SQLiteBase(SQLBase):
             self._conn.execute("PRAGMA busy_timeout=15000")
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open the SQLite store {self.path!r}: {exc}") from exc
-        migrate(self._conn)
+        migrate_sqlite(self._conn)
         self._after_open()
 
     def _after_open(self) -> None:

@@ -21,7 +21,7 @@ The kinds, by who writes them:
 
 from __future__ import annotations
 
-from govrag.audit.events.base import UNVERSIONED, AuditEventBase, AuditLog, AuditSink, Recorded
+from govrag.audit.events.base import UNVERSIONED, AuditEventBase, AuditSink, Recorded
 from govrag.audit.events.checks import (
     IncidentEvent,
     SufficiencyRecord,
@@ -62,7 +62,6 @@ __all__ = [
     "UNVERSIONED",
     "AuditEventBase",
     "AuditEventModel",
-    "AuditLog",
     "AuditSink",
     "ContextPackEvent",
     "ErrorEvent",

@@ -28,7 +28,7 @@ payload dict anywhere.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol, TypeAlias, TypeVar
+from typing import Any, Literal, TypeAlias
 
 from pydantic import (
     BaseModel,
@@ -38,6 +38,8 @@ from pydantic import (
     model_serializer,
 )
 
+from govrag.store.protocol import AuditWriter
+
 #: The version a payload without ``v`` has: the schema of the untyped writers.
 UNVERSIONED = 1
 #: The key the discriminator is read from when a row is parsed (never a payload key).
@@ -46,8 +48,6 @@ EVENT_KIND = "@kind"
 #: A value recorded through :func:`govrag.audit.trail.recorded`: the value itself (when its
 #: JSON is short, valid text) or a summary ``{"sha256", "chars", "prefix"}``.
 Recorded = JsonValue
-
-T_co = TypeVar("T_co", covariant=True)
 
 
 class Record(BaseModel):
@@ -86,14 +86,6 @@ class AuditEventBase(Record):
         return out
 
 
-class AuditLog(Protocol[T_co]):
-    """Where events go: the store's audit log (or a test's stand-in), returning ``T_co``
-    (the store: the stored row)."""
-
-    def append_audit(
-        self, tenant: str, kind: str, payload: dict[str, Any], *, request_id: str, session_id: str
-    ) -> T_co: ...
-
-
-#: An audit log whose return value the writer does not use.
-AuditSink: TypeAlias = AuditLog[object]
+#: Where a writer records events: the store's audit log (a test's stand-in has the same
+#: ``append_audit``). The one protocol is the store's; this name is the writers' view of it.
+AuditSink: TypeAlias = AuditWriter

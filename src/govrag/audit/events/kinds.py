@@ -13,15 +13,15 @@ from typing import Annotated, Any, Protocol, TypeVar
 
 from pydantic import Discriminator, Tag, TypeAdapter, ValidationError
 
-from govrag.audit.events.base import EVENT_KIND, UNVERSIONED, AuditEventBase, AuditLog
+from govrag.audit.events.base import EVENT_KIND, UNVERSIONED, AuditEventBase, AuditSink
 from govrag.audit.events.checks import IncidentEvent, ValidationEvent
 from govrag.audit.events.model import LlmCallEvent, LlmResultEvent, ProposalEvent
 from govrag.audit.events.policy import ContextPackEvent, HiddenMarkerEvent, PepDecisionEvent
 from govrag.audit.events.session import ErrorEvent, PinViolationEvent, ResponseEvent, RoutePinned
 from govrag.audit.events.writeback import WritebackAdmissionEvent
 from govrag.errors import AuditEventError, describe_validation
+from govrag.store.audit import AuditEvent
 
-T = TypeVar("T")
 E = TypeVar("E", bound=AuditEventBase)
 
 
@@ -100,8 +100,8 @@ def parse_event(kind: str, payload: Mapping[str, Any]) -> AuditEventModel:
 
 
 def write(
-    sink: AuditLog[T], tenant: str, event: AuditEventModel, *, request_id: str, session_id: str
-) -> T:
+    sink: AuditSink, tenant: str, event: AuditEventModel, *, request_id: str, session_id: str
+) -> AuditEvent:
     """Commit ``event`` to ``sink`` and return what it returns (the stored row); the store
     raises when it could not, and nothing is written then."""
     return sink.append_audit(

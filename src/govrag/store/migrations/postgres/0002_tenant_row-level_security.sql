@@ -1,0 +1,58 @@
+-- Row-level security enabled and forced on every tenant table: a session sees only the rows
+-- of the tenant named in the transaction-local setting govrag.tenant. current_setting(...,
+-- true) is NULL when unset, so a session without a tenant matches no row and can insert none.
+-- Forced RLS applies to the table owner too; only superusers and BYPASSRLS roles skip it.
+ALTER TABLE tenants ENABLE ROW LEVEL SECURITY;
+ALTER TABLE tenants FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON tenants USING (tenant_id = current_setting('govrag.tenant', true)) WITH CHECK (tenant_id = current_setting('govrag.tenant', true));
+ALTER TABLE corpora ENABLE ROW LEVEL SECURITY;
+ALTER TABLE corpora FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON corpora USING (tenant_id = current_setting('govrag.tenant', true)) WITH CHECK (tenant_id = current_setting('govrag.tenant', true));
+ALTER TABLE source_systems ENABLE ROW LEVEL SECURITY;
+ALTER TABLE source_systems FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON source_systems USING (tenant_id = current_setting('govrag.tenant', true)) WITH CHECK (tenant_id = current_setting('govrag.tenant', true));
+ALTER TABLE identities ENABLE ROW LEVEL SECURITY;
+ALTER TABLE identities FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON identities USING (tenant_id = current_setting('govrag.tenant', true)) WITH CHECK (tenant_id = current_setting('govrag.tenant', true));
+ALTER TABLE groups ENABLE ROW LEVEL SECURITY;
+ALTER TABLE groups FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON groups USING (tenant_id = current_setting('govrag.tenant', true)) WITH CHECK (tenant_id = current_setting('govrag.tenant', true));
+ALTER TABLE group_members ENABLE ROW LEVEL SECURITY;
+ALTER TABLE group_members FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON group_members USING (tenant_id = current_setting('govrag.tenant', true)) WITH CHECK (tenant_id = current_setting('govrag.tenant', true));
+ALTER TABLE documents ENABLE ROW LEVEL SECURITY;
+ALTER TABLE documents FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON documents USING (tenant_id = current_setting('govrag.tenant', true)) WITH CHECK (tenant_id = current_setting('govrag.tenant', true));
+ALTER TABLE chunks ENABLE ROW LEVEL SECURITY;
+ALTER TABLE chunks FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON chunks USING (tenant_id = current_setting('govrag.tenant', true)) WITH CHECK (tenant_id = current_setting('govrag.tenant', true));
+ALTER TABLE chunk_vectors ENABLE ROW LEVEL SECURITY;
+ALTER TABLE chunk_vectors FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON chunk_vectors USING (tenant_id = current_setting('govrag.tenant', true)) WITH CHECK (tenant_id = current_setting('govrag.tenant', true));
+ALTER TABLE vector_spaces ENABLE ROW LEVEL SECURITY;
+ALTER TABLE vector_spaces FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON vector_spaces USING (tenant_id = current_setting('govrag.tenant', true)) WITH CHECK (tenant_id = current_setting('govrag.tenant', true));
+ALTER TABLE doc_acl ENABLE ROW LEVEL SECURITY;
+ALTER TABLE doc_acl FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON doc_acl USING (tenant_id = current_setting('govrag.tenant', true)) WITH CHECK (tenant_id = current_setting('govrag.tenant', true));
+ALTER TABLE doc_meta ENABLE ROW LEVEL SECURITY;
+ALTER TABLE doc_meta FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON doc_meta USING (tenant_id = current_setting('govrag.tenant', true)) WITH CHECK (tenant_id = current_setting('govrag.tenant', true));
+ALTER TABLE entities ENABLE ROW LEVEL SECURITY;
+ALTER TABLE entities FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON entities USING (tenant_id = current_setting('govrag.tenant', true)) WITH CHECK (tenant_id = current_setting('govrag.tenant', true));
+ALTER TABLE chunk_entities ENABLE ROW LEVEL SECURITY;
+ALTER TABLE chunk_entities FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON chunk_entities USING (tenant_id = current_setting('govrag.tenant', true)) WITH CHECK (tenant_id = current_setting('govrag.tenant', true));
+ALTER TABLE relations ENABLE ROW LEVEL SECURITY;
+ALTER TABLE relations FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON relations USING (tenant_id = current_setting('govrag.tenant', true)) WITH CHECK (tenant_id = current_setting('govrag.tenant', true));
+ALTER TABLE access_counter ENABLE ROW LEVEL SECURITY;
+ALTER TABLE access_counter FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON access_counter USING (tenant_id = current_setting('govrag.tenant', true)) WITH CHECK (tenant_id = current_setting('govrag.tenant', true));
+ALTER TABLE index_outbox ENABLE ROW LEVEL SECURITY;
+ALTER TABLE index_outbox FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON index_outbox USING (tenant_id = current_setting('govrag.tenant', true)) WITH CHECK (tenant_id = current_setting('govrag.tenant', true));
+ALTER TABLE incidents ENABLE ROW LEVEL SECURITY;
+ALTER TABLE incidents FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON incidents USING (tenant_id = current_setting('govrag.tenant', true)) WITH CHECK (tenant_id = current_setting('govrag.tenant', true));
