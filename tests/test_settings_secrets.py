@@ -20,15 +20,15 @@ from typing import TYPE_CHECKING
 import pytest
 from pydantic import SecretStr
 
-from govrag.deployment import scaffold
 from govrag.errors import ConfigError, GovragError
+from govrag.scaffold import scaffold
 from govrag.settings import Settings, StoreSettings, load_settings
 from govrag.store_url import SecretUrl, parse_store_url, redact
 
 from conftest import PG_APP_ROLE, drop_pg_database, new_pg_database
 
 if TYPE_CHECKING:
-    from embedded_pg import PgServer
+    from govrag.testing import PgServer
 
 PASSWORD = "s3cr3t-Pa55"
 

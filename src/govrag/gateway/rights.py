@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from govrag.store.protocol import GovernedReads
 from govrag.types import Principal, RightsCheckSummary, SearchHit, Withheld
 
 log = logging.getLogger("govrag.gateway")
@@ -56,14 +57,6 @@ class RightsChecker(Protocol):
     ) -> RightsCheck: ...
 
 
-class RightsStore(Protocol):
-    """What the stored-ACL checker needs of the knowledge store."""
-
-    def readable_documents(
-        self, principal: Principal, source_system: str, external_ids: Sequence[str]
-    ) -> set[str]: ...
-
-
 class StoredAclChecker:
     """For sources without a live API: the truth store's ACL as it is now.
 
@@ -73,7 +66,7 @@ class StoredAclChecker:
 
     kind = "stored"
 
-    def __init__(self, store: RightsStore) -> None:
+    def __init__(self, store: GovernedReads) -> None:
         self.store = store
 
     def check(
