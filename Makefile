@@ -30,10 +30,12 @@ lint: $(VENV)/.stamp-dev
 	$(BIN)/mypy
 
 # pytest exits 5 when it collects no test; that is a failure of the suite, not a pass.
-# Two workers (pytest-xdist), a test file per worker at a time: each worker starts its own
-# PostgreSQL for the session, and module-scoped servers stay with their file.
+# Three workers (pytest-xdist) on two cores: a good part of the suite waits on PostgreSQL's
+# fsyncs and on CLI subprocesses, so a third worker fills the idle time. A test file per worker
+# at a time: each worker starts its own PostgreSQL for the session, and module-scoped servers
+# stay with their file.
 test: lint
-	$(BIN)/python -m pytest -m "not slow and not llm_live" -q -n 2 --dist loadfile; rc=$$?; \
+	$(BIN)/python -m pytest -m "not slow and not llm_live" -q -n 3 --dist loadfile; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 test-slow: $(VENV)/.stamp-dev

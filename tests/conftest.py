@@ -4,6 +4,8 @@ LLM stand-ins at the transport (a scripted OpenAI-compatible server, a payload s
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +33,13 @@ from govrag.types import Classification, Principal
 # No test may depend on timing or machine load: Hypothesis's per-example deadline and its
 # too-slow health check are wall-clock thresholds, so every property test runs without them
 # (an explicit @settings may still narrow the number of examples).
+# Test deployments of the MiniLM embedder share one cache of its ONNX query encoder (and so
+# one export per run, not one per test deployment, at ~8 s each); a user's deployment keeps
+# its own beside it. Set before any test starts a CLI subprocess, which inherits it.
+os.environ.setdefault(
+    "GOVRAG_EMBEDDER__CACHE_DIR", str(Path(tempfile.gettempdir()) / f"govrag-tests-{os.getuid()}")
+)
+
 settings.register_profile("govrag", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("govrag")
 
@@ -308,3 +317,29 @@ def scripted(replies: list[dict[str, Any]]) -> tuple[OpenAIChatClient, list[dict
     client = OpenAIChatClient("https://llm.example/v1", "gpt-4o-mini",
                               transport=httpx.MockTransport(handler))  # fmt: skip
     return client, sent
+
+
+#: The files that take longest (``--durations=0``, summed per file), longest first. With
+#: ``--dist loadfile`` a worker takes the next file in collection order when it is free; run
+#: last, a two-minute file leaves the other workers idle at the end. Handing out the longest
+#: files first balances the workers (and changes no test).
+LONGEST_FILES = (
+    "tests/store/test_search.py",
+    "tests/test_cli.py",
+    "tests/store/test_postgres.py",
+    "tests/store/test_acl_properties.py",
+    "tests/attacks/test_hostile_config.py",
+    "tests/harvest/test_crash.py",
+    "tests/store/test_derived_index.py",
+    "tests/attacks/test_noninterference.py",
+    "tests/store/test_pg_vector_access.py",
+    "tests/gateway/test_cache_properties.py",
+    "tests/harvest/test_cli_sources.py",
+    "tests/embed/test_onnx_query.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {path: i for i, path in enumerate(LONGEST_FILES)}
+    # A stable sort: tests keep their order within a file, other files their order.
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))

@@ -113,7 +113,7 @@ class Deployment:
         options: dict[str, Any] = {"dim": cfg.dim} if cfg.name == "hash" else {}
         if cfg.name == "minilm":
             # The ONNX export of the model is cached beside the deployment (fast queries).
-            options["cache_dir"] = self.settings.deployment / ".govrag"
+            options["cache_dir"] = self.settings.resolve_path(cfg.cache_dir)
         return get_embedder(cfg.name, **options)
 
     @cached_property

@@ -100,19 +100,22 @@ def _varied_texts(n: int) -> list[str]:
     return texts
 
 
+# 300 texts take about a minute on two cores: `make test` checks 40 of them (lengths up to the
+# truncation limit included), `make test-slow` all 300.
+@pytest.mark.parametrize("n", [40, pytest.param(300, marks=pytest.mark.slow)])
 def test_onnx_and_torch_agree_on_hundreds_of_varied_texts(
-    exported: tuple[MiniLMEmbedder, Path],
+    exported: tuple[MiniLMEmbedder, Path], n: int
 ) -> None:
     embedder, _ = exported
     encoder = embedder.query_encoder()
     assert isinstance(encoder, OnnxQueryEncoder)
-    texts = _varied_texts(300)
+    texts = _varied_texts(300)[:n]
     torch_vectors = embedder._encode(texts, 32)
     # Batched (padded to the longest text) and one by one, as a query is embedded.
-    batched = np.concatenate([encoder.encode(texts[i : i + 32]) for i in range(0, 300, 32)])
+    batched = np.concatenate([encoder.encode(texts[i : i + 32]) for i in range(0, n, 32)])
     single = np.stack([embedder.embed_query(text) for text in texts])
     for onnx_vectors in (batched, single):
-        assert onnx_vectors.shape == (300, 384)
+        assert onnx_vectors.shape == (n, 384)
         assert onnx_vectors.dtype == np.float32
         cosines = np.sum(onnx_vectors * torch_vectors, axis=1)
         assert float(cosines.min()) >= 0.9999
@@ -371,7 +374,11 @@ def test_without_a_cache_dir_queries_use_torch_and_write_nothing(tmp_path: Path)
     assert embedder.embed_query("wire limit").shape == (384,)
 
 
-def test_deployments_pass_their_cache_dir_to_minilm_only(tmp_path: Path) -> None:
+def test_deployments_pass_their_cache_dir_to_minilm_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The default, not the suite's shared cache (conftest sets GOVRAG_EMBEDDER__CACHE_DIR).
+    monkeypatch.delenv("GOVRAG_EMBEDDER__CACHE_DIR", raising=False)
     minilm_deployment = Deployment.load(tmp_path, embedder={"name": "minilm"})
     emb = minilm_deployment.embedder
     assert isinstance(emb, MiniLMEmbedder)
@@ -379,6 +386,22 @@ def test_deployments_pass_their_cache_dir_to_minilm_only(tmp_path: Path) -> None
     hashed = Deployment.load(tmp_path, embedder={"name": "hash", "dim": 32}).embedder
     assert hashed.embed_query("wire limit").shape == (32,)
     assert not (tmp_path / ".govrag").exists()  # nothing is exported or cached for `hash`
+
+
+def test_a_configured_cache_dir_is_shared_by_deployments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("GOVRAG_EMBEDDER__CACHE_DIR", raising=False)
+    shared = tmp_path / "shared-cache"
+    for name in ("a", "b", "c"):
+        (tmp_path / name).mkdir()
+    for name in ("a", "b"):
+        dep = Deployment.load(
+            tmp_path / name, embedder={"name": "minilm", "cache_dir": str(shared)}
+        )
+        assert isinstance(dep.embedder, MiniLMEmbedder) and dep.embedder.cache_dir == shared
+    relative = Deployment.load(tmp_path / "c", embedder={"name": "minilm", "cache_dir": "cache"})
+    assert relative.embedder.cache_dir == tmp_path / "c" / "cache"  # type: ignore[attr-defined]
 
 
 def test_the_registry_accepts_the_cache_dir_option(tmp_path: Path) -> None:

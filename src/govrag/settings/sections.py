@@ -54,6 +54,10 @@ class EmbedderSettings(Section):
     name: str = "hash"
     dim: int = Field(default=384, ge=8, le=8192)
     batch_size: int = Field(default=64, ge=1, le=4096)
+    #: Where files derived from the model are cached (``minilm``: its ONNX query encoder,
+    #: exported once); relative to the deployment directory. Deployments of one model may
+    #: share one (entries are keyed by the model's files and written atomically).
+    cache_dir: str = Field(default=".govrag", min_length=1)
 
 
 class SearchSettings(Section):
