@@ -261,23 +261,24 @@ class Govrag:
 
     # -- operations -------------------------------------------------------------------------
 
-    def tenants(self, tenant: str | None = None) -> list[str]:
-        """``[tenant]``, or every tenant the store holds."""
+    def _tenants(self, tenant: str | None) -> list[str]:
+        """``[tenant]``, or every tenant the store holds (for the operator use cases; not
+        public: listing tenants is no caller's business)."""
         return [tenant] if tenant else self._dep.store.tenants()
 
     def curate(self, tenant: str | None = None) -> list[CurationReport]:
         """Recompute every document's trust score from authority and access (idempotent)."""
         cfg = self.settings.curation
-        return [self._dep.store.curate(t, cfg) for t in self.tenants(tenant)]
+        return [self._dep.store.curate(t, cfg) for t in self._tenants(tenant)]
 
     def index_verify(self, tenant: str | None = None) -> list[IndexReport]:
         """Compare the derived search indexes with the truth store, per tenant."""
-        return [self._dep.store.verify_index(t) for t in self.tenants(tenant)]
+        return [self._dep.store.verify_index(t) for t in self._tenants(tenant)]
 
     def index_rebuild(self, tenant: str | None = None) -> dict[str, int]:
         """Recreate the derived search indexes from the truth store; chunks indexed per
         tenant."""
-        return {t: self._dep.store.rebuild_index(t) for t in self.tenants(tenant)}
+        return {t: self._dep.store.rebuild_index(t) for t in self._tenants(tenant)}
 
     def config_check(self) -> ConfigCheck:
         """Validate routes/, manifests/, workflows/ and policies/ against govrag.toml."""

@@ -52,13 +52,15 @@ def init(
     force: Annotated[bool, typer.Option(help="Overwrite existing files.")] = False,
 ) -> None:
     """Scaffold a deployment: govrag.toml, principals.json, a search route and its manifest."""
-    from govrag.app import init as scaffold
+    from govrag.app import init as init_deployment
     from govrag.embed import semantic_available
 
     chosen = embedder or ("minilm" if semantic_available() else "hash")
     corpora = tuple(corpus or ())
     written = guard(
-        lambda: scaffold(directory, embedder=chosen, tenant=tenant, corpora=corpora, force=force)
+        lambda: init_deployment(
+            directory, embedder=chosen, tenant=tenant, corpora=corpora, force=force
+        )
     )
     for path in written:
         err.print(f"wrote {path}")
