@@ -30,6 +30,7 @@ figure is never the same:
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -66,26 +67,44 @@ _MULTIPLIERS = {"k": 3, "m": 6, "mn": 6, "bn": 9, "tn": 12, "hundred": 2, "thous
 
 
 _PREFIXED = "|".join(re.escape(s) for s in sorted(_SYMBOLS, key=len, reverse=True) if len(s) > 1)
-#: A currency next to a number: a symbol, a code in any case, a currency word.
-_CURRENCY = (
-    f"(?:{_PREFIXED}|[{re.escape(currency_symbols())}]|(?i:\\b(?:{'|'.join(CODES)})\\b)"
-    f"|(?i:\\b(?:{'|'.join(sorted(CURRENCY_WORDS, key=len, reverse=True))})\\b))"
-)
 _SPACE = "[ \u00a0]?"
 _SCALE = r"(?:hundred|thousand|million|billion|trillion)\b"
 # One quantity is found from its number (a fast scan): then a currency right before it, and
 # after it an optional multiplier (a glued short form, or a chain of spaced words), then a
 # percent sign or a currency.
 _NUMBER = re.compile(NUMBER)
-_BEFORE = re.compile(rf"(?P<pre>{_CURRENCY}){_SPACE}\Z")
 #: How far before a number its currency can start (the longest currency, and a space).
 _BEFORE_CHARS = 2 + max(len(w) for w in [*CURRENCY_WORDS, *_SYMBOLS])
-_AFTER = re.compile(
-    rf"(?:(?P<short>k|m|mn|bn|tn)\b|(?P<words>(?:{_SPACE}{_SCALE})+))?"
-    rf"(?:{_SPACE}(?P<pct>%|per ?cent\b)|{_SPACE}(?P<post>{_CURRENCY}))?"
-)
-#: A currency without a number: a symbol (words and upper-case codes: :func:`word_currency`).
-_SYMBOL = re.compile(f"{_PREFIXED}|[{re.escape(currency_symbols())}]")
+
+
+@dataclass(frozen=True)
+class _CurrencyPatterns:
+    """The patterns that list every currency symbol: built on first use (the symbols come
+    from a scan of Unicode that costs ~0.1 s, which a process that checks no claim, such
+    as a keyword search, should not pay)."""
+
+    before: re.Pattern[str]  # a currency right before a number
+    after: re.Pattern[str]  # multiplier, then percent or currency, after a number
+    symbol: re.Pattern[str]  # a currency without a number: a symbol
+
+
+@functools.cache
+def _currency_patterns() -> _CurrencyPatterns:
+    symbols = f"{_PREFIXED}|[{re.escape(currency_symbols())}]"
+    # A currency next to a number: a symbol, a code in any case, a currency word.
+    currency = (
+        f"(?:{symbols}|(?i:\\b(?:{'|'.join(CODES)})\\b)"
+        f"|(?i:\\b(?:{'|'.join(sorted(CURRENCY_WORDS, key=len, reverse=True))})\\b))"
+    )
+    return _CurrencyPatterns(
+        before=re.compile(rf"(?P<pre>{currency}){_SPACE}\Z"),
+        after=re.compile(
+            rf"(?:(?P<short>k|m|mn|bn|tn)\b|(?P<words>(?:{_SPACE}{_SCALE})+))?"
+            rf"(?:{_SPACE}(?P<pct>%|per ?cent\b)|{_SPACE}(?P<post>{currency}))?"
+        ),
+        symbol=re.compile(symbols),
+    )
+
 
 _UNITS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
           "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen",
@@ -159,11 +178,12 @@ def quantities(text: str) -> Quantities:
     currencies: set[str] = set()
     pieces: list[str] = []
     done = 0  # where the last quantity ended
+    patterns = _currency_patterns()
     for m in _NUMBER.finditer(text):
         if m.start() < done:
             continue
-        before = _BEFORE.search(text, max(done, m.start() - _BEFORE_CHARS), m.start())
-        after = _AFTER.match(text, m.end())
+        before = patterns.before.search(text, max(done, m.start() - _BEFORE_CHARS), m.start())
+        after = patterns.after.match(text, m.end())
         assert after is not None  # everything in it is optional
         value = _value(m.group(), after.group("short") or after.group("words"))
         currency = _currency((before.group("pre") if before else "") or after.group("post") or "")
@@ -178,8 +198,8 @@ def quantities(text: str) -> Quantities:
         done = after.end()
     rest = "".join([*pieces, text[done:]])
     periods = {_period(p) for p in _PERIOD.finditer(rest)}
-    currencies.update(_currency(c) for c in _SYMBOL.findall(rest))
-    rest = _SYMBOL.sub(" ", rest.replace(_FIGURE, " "))
+    currencies.update(_currency(c) for c in patterns.symbol.findall(rest))
+    rest = patterns.symbol.sub(" ", rest.replace(_FIGURE, " "))
     return Quantities(frozenset(numbers), frozenset(amounts), frozenset(percentages),
                       frozenset(currencies), frozenset(periods), rest)  # fmt: skip
 
