@@ -39,7 +39,8 @@ from govrag.gateway.rights import RightsChecker, RightsTrim, StoredAclChecker
 from govrag.policy.marker import MarkerGate
 from govrag.policy.pdp import CedarPDP
 from govrag.policy.pep import PolicyEnforcementPoint
-from govrag.routes.config import DeploymentConfig, Problem, check_config, describe_problems
+from govrag.problems import Problem
+from govrag.routes.config import DeploymentConfig, check_config, describe_problems
 from govrag.routes.session import Sessions
 from govrag.settings import (
     CONFIG_FILE,

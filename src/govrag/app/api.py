@@ -41,7 +41,8 @@ if TYPE_CHECKING:
     from govrag.audit import Replay
     from govrag.audit.anchor import AuditVerification, CheckpointRun
     from govrag.harvest.kinds import ConnectorKind
-    from govrag.routes.config import DeploymentConfig, Problem
+    from govrag.problems import Problem
+    from govrag.routes.config import DeploymentConfig
     from govrag.routes.session import Session
     from govrag.store.curation import CurationReport
     from govrag.store.records import IndexReport

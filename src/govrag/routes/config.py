@@ -28,12 +28,7 @@ from govrag.policy.bundle import PolicyBundle, bundle_for, load_bundles
 from govrag.problems import Collector, Problem
 from govrag.routes.models import NO_MANIFEST, Manifest, Route, Workflow
 
-# Policy bundles are the policy layer's; the deployment config holds them (and callers of
-# check_config receive its problems), so both names stay importable from here.
-__all__ = [
-    "DeploymentConfig", "PolicyBundle", "Problem", "check_config", "describe_problems",
-    "load_config",
-]  # fmt: skip
+__all__ = ["DeploymentConfig", "check_config", "describe_problems", "load_config"]
 
 M = TypeVar("M", bound=BaseModel)
 
