@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from govrag.audit.events import SufficiencyRecord
 from govrag.types import Frozen
 
 __all__ = [
@@ -61,18 +62,9 @@ REASON_PRIORITY: tuple[str, ...] = (SCOPE_VIOLATION, NO_EVIDENCE, THIN_EVIDENCE,
 ViolationReason = Literal["outside_route_scope", "not_entitled", "corpus_mismatch"]
 
 
-class Sufficiency(Frozen):
-    """The evidence figures over every chunk of every pack, and the thresholds applied."""
-
-    chunks: int
-    #: Best chunk score; ``None`` when no chunk has a finite score.
-    top_score: float | None
-    #: Share (0..1) of the question's distinct analysed terms found in the evidence.
-    query_coverage: float
-    min_chunks: int
-    min_top_score: float
-    min_query_coverage: float
-    sufficient: bool
+#: The evidence figures over every chunk of every pack, and the thresholds applied: exactly
+#: what the ``validation`` audit event records, so the report holds the event's own model.
+Sufficiency = SufficiencyRecord
 
 
 class ScopeViolation(Frozen):

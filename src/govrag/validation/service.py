@@ -25,7 +25,6 @@ from collections.abc import Collection, Sequence
 from govrag.audit.events import (
     AuditSink,
     IncidentEvent,
-    SufficiencyRecord,
     ValidationEvent,
     ViolationRecord,
     write,
@@ -209,7 +208,7 @@ class Validator:
             abstain=report.abstain,
             reason=report.reason,
             context_pack_ids=[p.context_pack_id for p in packs],
-            sufficiency=SufficiencyRecord(**report.sufficiency.model_dump(mode="json")),
+            sufficiency=report.sufficiency,
             question=recorded(question),  # bounded, like every recorded query
         )
         write(audit, tenant, event, request_id=request_id, session_id=session_id)

@@ -14,7 +14,9 @@ class SufficiencyRecord(Record):
     """The evidence figures over every chunk of every pack, and the thresholds applied."""
 
     chunks: int
+    #: Best chunk score; ``None`` when no chunk has a finite score.
     top_score: float | None
+    #: Share (0..1) of the question's distinct analysed terms found in the evidence.
     query_coverage: float
     min_chunks: int
     min_top_score: float
@@ -36,7 +38,10 @@ class ValidationEvent(AuditEventBase):
 
 
 class ViolationRecord(Record):
-    """One chunk that must not have been in front of the model."""
+    """One chunk that must not have been in front of the model.
+
+    The validation report's ``ScopeViolation`` with ``reason`` as plain text: a log must stay
+    readable when a later version adds a reason."""
 
     context_pack_id: str
     chunk_id: str
