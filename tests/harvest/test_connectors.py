@@ -151,25 +151,25 @@ def test_list_sources_reads_the_state(tmp_path: Path) -> None:
     settings = settings_with_sources(tmp_path)
     write(tmp_path, "shared/docs/_access.json", {"acl": ["*"]})
     write(tmp_path, "shared/docs/a.md", "# A\n\nalpha")
-    rows = {r["name"]: r for r in list_sources(settings)}
-    assert rows["docs"]["last_sync"] is None and rows["docs"]["tenant"] == "kb"
+    rows = {r.name: r for r in list_sources(settings)}
+    assert rows["docs"].last_sync is None and rows["docs"].tenant == "kb"
     store = make_store(tmp_path / "store")
     spec = resolve_source(settings, "docs")
     harvest(open_connector(spec, "kb", IngestSettings()), store, "kb")
     export = resolve_source(settings, "export")
     harvest(open_connector(export, "bank", IngestSettings()), store, "bank", dry_run=True)
-    rows = {r["name"]: r for r in list_sources(settings)}
-    assert rows["docs"]["documents"] == 1 and rows["docs"]["last_run"]["added"] == 1
-    assert rows["docs"]["last_sync"] is not None and rows["export"]["last_sync"] is None
+    rows = {r.name: r for r in list_sources(settings)}
+    assert rows["docs"].documents == 1 and rows["docs"].last_run["added"] == 1
+    assert rows["docs"].last_sync is not None and rows["export"].last_sync is None
     harvest(open_connector(export, "bank", IngestSettings()), store, "bank")
-    rows = {r["name"]: r for r in list_sources(settings)}
-    assert rows["export"]["last_run"]["added"] == 6 and rows["export"]["documents"] is None
+    rows = {r.name: r for r in list_sources(settings)}
+    assert rows["export"].last_run["added"] == 6 and rows["export"].documents is None
     store.close()
     assert export.state_path is not None
     export.state_path.write_text("{not json")
     assert load_state(export.state_path)[0] is None
-    rows = {r["name"]: r for r in list_sources(settings)}
-    assert rows["export"]["last_sync"] is None and "unusable" in rows["export"]["state_warning"]
+    rows = {r.name: r for r in list_sources(settings)}
+    assert rows["export"].last_sync is None and "unusable" in rows["export"].state_warning
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,8 @@ from govrag.app.api import (
     local_principal,
     open,
 )
-from govrag.app.ingest import IngestOutcome, ProgressFactory, SourceStatus, SourceSync
+from govrag.app.ingest import IngestOutcome, ProgressFactory
+from govrag.harvest.sources import SourceStatus, SourceSync
 
 __all__ = [
     "ConfigCheck",

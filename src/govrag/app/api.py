@@ -26,12 +26,11 @@ from typing import TYPE_CHECKING, Any
 from govrag.app.ingest import (
     IngestOutcome,
     ProgressFactory,
-    SourceStatus,
     run_ingest,
-    source_statuses,
 )
 from govrag.deployment import Deployment, check_deployment, load_principals, lookup_principal
 from govrag.errors import InputError, NotFoundError
+from govrag.harvest.sources import SourceStatus, list_sources
 from govrag.settings import Settings, load_settings
 from govrag.types import MetadataFilter, Principal, Strategy
 
@@ -119,7 +118,7 @@ class Govrag:
 
     def sources(self) -> list[SourceStatus]:
         """The configured sources with their last syncs."""
-        return source_statuses(self._dep)
+        return list_sources(self._dep.settings)
 
     # -- governed retrieval and answers -----------------------------------------------------
 

@@ -16,11 +16,12 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict
-
 from govrag.harvest.harvester import harvest
 from govrag.harvest.kinds import ConnectorKind
-from govrag.harvest.sources import list_sources, open_connector, resolve_source
+from govrag.harvest.sources import (
+    open_connector,
+    resolve_source,
+)
 
 if TYPE_CHECKING:
     from govrag.deployment import Deployment
@@ -30,40 +31,6 @@ if TYPE_CHECKING:
 #: Given the run's total in bytes, a context whose value is called with each advance (or
 #: ``None`` for no progress): an edge shows a bar, a server logs, a library caller ignores.
 ProgressFactory = Callable[[int], AbstractContextManager[Callable[[int], None] | None]]
-
-
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class SourceSync(_Record):
-    """One tenant's last sync of a source."""
-
-    tenant: str
-    synced_at: str | None
-    counts: dict[str, int]
-    #: Files the sync state lists (filesystem sources); ``None`` for other connectors.
-    documents: int | None
-
-
-class SourceStatus(_Record):
-    """A configured source (``[sources.<name>]``) and what its last sync did."""
-
-    name: str
-    connector: str
-    path: str
-    exists: bool
-    source_system: str
-    tenant: str
-    corpus: str | None
-    authority_tier: int | None
-    classification: str
-    last_sync: str | None
-    documents: int | None
-    last_run: dict[str, int] | None
-    syncs: list[SourceSync]
-    #: Why the sync state could not be read (it is then treated as absent).
-    state_warning: str | None
 
 
 @dataclass(frozen=True)
@@ -117,11 +84,6 @@ def run_ingest(
             store.sync_indexes(target, vectors=False)
     unrouted = [] if dry_run else unrouted_corpora(dep, target)
     return IngestOutcome(spec.name, spec.connector, target, dry_run, report, unrouted)
-
-
-def source_statuses(dep: Deployment) -> list[SourceStatus]:
-    """Every configured source with its last syncs, by name."""
-    return [SourceStatus.model_validate(row) for row in list_sources(dep.settings)]
 
 
 def unrouted_corpora(dep: Deployment, tenant: str) -> list[str]:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any
+
+from pydantic import BaseModel, ConfigDict
 
 from govrag.errors import InputError
 from govrag.harvest.connector import (
@@ -110,35 +111,69 @@ def open_connector(spec: SourceSpec, tenant: str, settings: IngestSettings) -> C
     return JsonlConnector(spec.path, max_text_bytes=settings.max_text_bytes, on_finish=remember)
 
 
-def list_sources(settings: Settings) -> list[dict[str, Any]]:
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SourceSync(_Record):
+    """One tenant's last sync of a source."""
+
+    tenant: str
+    synced_at: str | None
+    counts: dict[str, int]
+    #: Files the sync state lists (filesystem sources); ``None`` for other connectors.
+    documents: int | None
+
+
+class SourceStatus(_Record):
+    """A configured source (``[sources.<name>]``) and what its last sync did."""
+
+    name: str
+    connector: str
+    path: str
+    exists: bool
+    source_system: str
+    tenant: str
+    corpus: str | None
+    authority_tier: int | None
+    classification: str
+    last_sync: str | None
+    documents: int | None
+    last_run: dict[str, int] | None
+    syncs: list[SourceSync]
+    #: Why the sync state could not be read (it is then treated as absent).
+    state_warning: str | None
+
+
+def list_sources(settings: Settings) -> list[SourceStatus]:
     """Every configured source with its last syncs (from its state file), by name."""
     out = []
     for name, cfg in sorted(settings.sources.items()):
         spec = configured_source(settings, name, cfg)
         state, warning = load_state(spec.state_path) if spec.state_path else (None, None)
         syncs = [
-            {"tenant": tenant, "synced_at": entry.synced_at, "counts": entry.counts,
-             "documents": len(entry.files) if spec.connector is ConnectorKind.FILESYSTEM
-             else None}
+            SourceSync(tenant=tenant, synced_at=entry.synced_at, counts=entry.counts,
+                       documents=len(entry.files) if spec.connector is ConnectorKind.FILESYSTEM
+                       else None)
             for tenant, entry in sorted(state.tenants.items())
         ] if state else []  # fmt: skip
-        last = max(syncs, key=lambda s: str(s["synced_at"] or ""), default=None)
+        last = max(syncs, key=lambda s: s.synced_at or "", default=None)
         out.append(
-            {
-                "name": name,
-                "connector": spec.connector.value,
-                "path": str(spec.path),
-                "exists": spec.path.exists(),
-                "source_system": spec.source_system,
-                "tenant": cfg.tenant or settings.default_tenant,
-                "corpus": cfg.corpus,
-                "authority_tier": cfg.authority_tier,
-                "classification": cfg.classification.label,
-                "last_sync": last["synced_at"] if last else None,
-                "documents": last["documents"] if last else None,
-                "last_run": last["counts"] if last else None,
-                "syncs": syncs,
-                "state_warning": warning,
-            }
+            SourceStatus(
+                name=name,
+                connector=spec.connector.value,
+                path=str(spec.path),
+                exists=spec.path.exists(),
+                source_system=spec.source_system,
+                tenant=cfg.tenant or settings.default_tenant,
+                corpus=cfg.corpus,
+                authority_tier=cfg.authority_tier,
+                classification=cfg.classification.label,
+                last_sync=last.synced_at if last else None,
+                documents=last.documents if last else None,
+                last_run=last.counts if last else None,
+                syncs=syncs,
+                state_warning=warning,
+            )
         )
     return out
