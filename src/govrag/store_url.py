@@ -59,6 +59,13 @@ def redact(url: str) -> str:
     return _PASSWORD_KEY.sub(r"\1***", url)
 
 
+def redact_endpoint(url: str) -> str:
+    """An HTTP endpoint's ``url`` (an LLM server, a rights service) as messages and logs show
+    it: any password masked and the query and fragment dropped, since a query may carry a key
+    (``?api-key=...``). Masked first: a password may itself hold a ``?``."""
+    return re.split(r"[?#]", redact(url), maxsplit=1)[0]
+
+
 class SecretUrl(SecretStr):
     """A database URL that may hold a password: shown (``str``, ``repr``, JSON dumps) with
     the password masked by :func:`redact`, so a SQLite path stays readable while a

@@ -567,3 +567,20 @@ def test_a_compressed_reply_is_read_once_decoded() -> None:
 
     with OpenAIChatClient(BASE_URL, "m", transport=httpx.MockTransport(handler)) as llm:
         assert llm.complete(QUESTION, []).text == "Hello."
+
+
+@pytest.mark.parametrize(
+    "server",
+    [raising(httpx.ConnectError), status(404, "no such model"), status(200, "[]")],
+    ids=["connect", "404", "protocol"],
+)
+def test_credentials_in_the_base_url_never_reach_a_message(server: Server) -> None:
+    # An operator may put a proxy's basic-auth password in llm.base_url: messages name the
+    # server, never the password.
+    llm = OpenAIChatClient("https://svc:hunter2@llm.test/v1", "m",
+                           transport=httpx.MockTransport(server))  # fmt: skip
+    with llm, pytest.raises(LlmError) as info:
+        llm.complete(QUESTION, [])
+    shown = [str(info.value), repr(llm)]
+    assert all("hunter2" not in text for text in shown)
+    assert all("https://svc:***@llm.test/v1/chat/completions" in text for text in shown)

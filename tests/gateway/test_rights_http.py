@@ -156,3 +156,24 @@ def test_each_source_system_gets_its_own_checker(
         ("sp", "http", "source_unavailable"),
         ("wiki", "stored", "ok"),
     ]
+
+
+@pytest.mark.parametrize("mode", ["5xx", "malformed_json"])
+def test_the_log_never_shows_credentials_in_the_source_url(
+    source: RightsSource, mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A rights service behind basic auth, or one taking a key in the query: the warnings a
+    # failed check logs name the service, never the secret.
+    with serve(source) as url:
+        secret_url = url.replace("http://", "http://svc:hunter2@", 1) + "?key=QK3Y"
+        source.mode = mode
+        http = HttpRightsChecker(secret_url, accounts_of, deadline_ms=DEADLINE_MS)
+        try:
+            with caplog.at_level("WARNING", logger="govrag"):
+                _, withheld, _ = RightsTrim(http).trim(CALLER, hits())
+        finally:
+            http.close()
+    assert withheld.count == 20
+    logged = caplog.text
+    assert "rights check at http://svc:***@127.0.0.1" in logged
+    assert "hunter2" not in logged and "QK3Y" not in logged

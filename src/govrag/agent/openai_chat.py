@@ -44,6 +44,7 @@ from pydantic import SecretStr
 from govrag.agent.llm import LlmReply, Message, ToolCall
 from govrag.agent.llm_faults import QUOTA, classify
 from govrag.errors import LlmError, MissingExtraError
+from govrag.store_url import redact_endpoint
 
 try:
     import httpx
@@ -81,6 +82,8 @@ class OpenAIChatClient:
         self.model = model
         self.name = f"openai:{model}"
         self.url = f"{self.base_url}/chat/completions"
+        #: The URL as messages show it: a password or a key in the query is never shown.
+        self.shown_url = redact_endpoint(self.url)
         self.timeout_s = timeout_s
         self.temperature = temperature
         self.max_tokens = max_tokens
@@ -134,7 +137,7 @@ class OpenAIChatClient:
         self.close()
 
     def __repr__(self) -> str:  # never shows the key
-        return f"OpenAIChatClient(url={self.url!r}, model={self.model!r})"
+        return f"OpenAIChatClient(url={self.shown_url!r}, model={self.model!r})"
 
     # -- the protocol ---------------------------------------------------------------------
 
@@ -149,22 +152,22 @@ class OpenAIChatClient:
         if self._bad_key:
             where = f"the environment variable {self.api_key_env}" if self.api_key_env else "it"
             raise LlmError(
-                f"the API key for the LLM at {self.url} holds a control or non-ASCII character "
-                f"and was not sent; put the key alone in {where}", fault="auth",
+                f"the API key for the LLM at {self.shown_url} holds a control or non-ASCII "
+                f"character and was not sent; put the key alone in {where}", fault="auth",
             )  # fmt: skip
         body = self.request_body(messages, tools, max_tokens=max_tokens, stop=stop)
         try:
             content = json.dumps(body, ensure_ascii=False).encode("utf-8")
         except (TypeError, ValueError) as exc:
             raise LlmError(
-                f"the request to {self.url} could not be encoded as JSON: {exc}; messages and "
-                "tool schemas must hold only JSON values", fault="rejected",
+                f"the request to {self.shown_url} could not be encoded as JSON: {exc}; messages "
+                "and tool schemas must hold only JSON values", fault="rejected",
             ) from exc  # fmt: skip
         try:
             response = self._post(content)
         except httpx.TimeoutException as exc:
             raise LlmError(
-                f"the LLM at {self.url} timed out after {self.timeout_s:g}s "
+                f"the LLM at {self.shown_url} timed out after {self.timeout_s:g}s "
                 f"({type(exc).__name__}); raise llm.timeout_s (GOVRAG_LLM__TIMEOUT_S) or check "
                 "that the server is not overloaded. A local server may go on generating after "
                 f"govrag gave up: llm.max_tokens ({self.max_tokens}) is what bounds a reply",
@@ -172,13 +175,13 @@ class OpenAIChatClient:
             ) from exc  # fmt: skip
         except httpx.TransportError as exc:
             raise LlmError(
-                f"could not connect to the LLM at {self.url} ({type(exc).__name__}: "
+                f"could not connect to the LLM at {self.shown_url} ({type(exc).__name__}: "
                 f"{self._scrub(str(exc))}); check llm.base_url (GOVRAG_LLM__BASE_URL) and that "
                 "the server is running", fault="connection",
             ) from exc  # fmt: skip
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise LlmError(
-                f"the request to the LLM at {self.url!r} failed ({type(exc).__name__}: "
+                f"the request to the LLM at {self.shown_url!r} failed ({type(exc).__name__}: "
                 f"{self._scrub(str(exc))}); check llm.base_url (GOVRAG_LLM__BASE_URL)",
                 fault="connection",
             ) from exc  # fmt: skip
@@ -235,7 +238,8 @@ class OpenAIChatClient:
 
     def _scrub(self, text: str) -> str:
         """``text`` without the API key, as written or escaped (servers echo it in some error
-        bodies, and header errors quote it escaped)."""
+        bodies, and header errors quote it escaped), and with the URL as :attr:`shown_url`."""
+        text = text.replace(self.url, self.shown_url)
         if not self._api_key:
             return text
         key = self._api_key.get_secret_value()
@@ -260,14 +264,14 @@ class OpenAIChatClient:
 
     def _classify(self, status: int, snippet: str, location: str | None = None) -> LlmError:
         return classify(
-            status, snippet, url=self.url, model=self.model, max_tokens=self.max_tokens,
+            status, snippet, url=self.shown_url, model=self.model, max_tokens=self.max_tokens,
             api_key_env=self.api_key_env, key_sent=self._api_key is not None,
             location=self._scrub(location) if location else None,
         )  # fmt: skip
 
     def _protocol_error(self, what: str) -> LlmError:
         return LlmError(
-            f"the LLM at {self.url} answered outside the chat-completions protocol: {what}; "
+            f"the LLM at {self.shown_url} answered outside the chat-completions protocol: {what}; "
             "check that llm.base_url points at an OpenAI-compatible /v1 API", fault="protocol",
         )  # fmt: skip
 

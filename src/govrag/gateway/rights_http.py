@@ -34,6 +34,7 @@ from govrag.gateway.rights import (
     UNKNOWN_DOCUMENT,
     RightsCheck,
 )
+from govrag.store_url import redact_endpoint
 from govrag.types import Principal
 
 log = logging.getLogger("govrag.gateway")
@@ -73,6 +74,8 @@ class HttpRightsChecker:
         client: httpx.Client | None = None,
     ) -> None:
         self.url = url
+        #: The URL as the log shows it: a password or a key in the query is never shown.
+        self.shown_url = redact_endpoint(url)
         self.accounts = accounts
         self.deadline_s = deadline_ms / 1000.0
         self.batch_size = batch_size
@@ -133,15 +136,20 @@ class HttpRightsChecker:
                 timeout=httpx.Timeout(remaining),
             )
         except httpx.HTTPError as exc:
-            log.warning("rights check at %s failed: %s: %s", self.url, type(exc).__name__, exc)
+            log.warning(
+                "rights check at %s failed: %s: %s",
+                self.shown_url,
+                type(exc).__name__,
+                str(exc).replace(self.url, self.shown_url),
+            )
             return RightsCheck.failed(batch, SOURCE_UNAVAILABLE)
         if response.status_code != 200:
-            log.warning("rights check at %s answered HTTP %d", self.url, response.status_code)
+            log.warning("rights check at %s answered HTTP %d", self.shown_url, response.status_code)
             return RightsCheck.failed(batch, SOURCE_UNAVAILABLE)
         try:
             answer = _Answer.model_validate_json(response.content)
         except ValidationError:
-            log.warning("rights check at %s answered a malformed body", self.url)
+            log.warning("rights check at %s answered a malformed body", self.shown_url)
             return RightsCheck.failed(batch, MALFORMED_RESPONSE)
         if answer.unknown_accounts:
             return RightsCheck.failed(batch, UNKNOWN_ACCOUNT)
