@@ -61,11 +61,12 @@ def _fingerprint() -> str:
 
     import govrag
     from govrag.harvest.ingest import Ingestor
-    from govrag.store.sql_writes import SQLWrites
+    from govrag.store.documents import DocumentRepository
 
     src = Path(govrag.__file__).parent
     digest = hashlib.sha256(f"pg-build-{PG_BUILD_VERSION}".encode())
-    for method in (SQLWrites.put_document, SQLWrites._write_chunks, Ingestor.flush):
+    writes = DocumentRepository
+    for method in (writes.put_document, writes._write_chunks, Ingestor.flush):
         digest.update(inspect.getsource(method).encode())
     for rel in ("store/analyzer.py", "harvest/chunking.py"):
         digest.update((src / rel).read_bytes())

@@ -83,7 +83,7 @@ class NoAcl:
             vector_leg=vector,
             readable_chunks=readable,
         )
-        with store._lock:  # as store.search: catch up the derived index, then search
+        with store._parts.indexes.lock:  # as store.search: catch up the derived index, then search
             store.sync_indexes(principal.tenant, vectors=request.strategy != Strategy.KEYWORD)
             return run_search(backend, principal, request)
 
@@ -178,22 +178,22 @@ def explain_vector_leg(
     EXPLAIN in one read transaction of the same tenant, after the ``SET LOCAL``s they ran
     after, so the plans are those the benchmark timed.
     """
-    from govrag.store import pg_base
+    from govrag.store import pg_database
 
     captured: list[tuple[str, Sequence[Any]]] = []
-    original = pg_base.PgConn.execute
+    original = pg_database.PgConn.execute
 
     def capture(self: Any, sql: str, params: Sequence[Any] = (), /) -> Any:
         captured.append((sql, params))
         return original(self, sql, params)
 
-    pg_base.PgConn.execute = capture  # type: ignore[method-assign]
+    pg_database.PgConn.execute = capture  # type: ignore[method-assign]
     try:
         store._search_backend().vector_leg(scope, query, acl=True, doc_ids=None, limit=limit)
     finally:
-        pg_base.PgConn.execute = original  # type: ignore[method-assign]
+        pg_database.PgConn.execute = original  # type: ignore[method-assign]
     plans: list[str] = []
-    with store._tx(scope.tenant, read=True) as conn:
+    with store._db.tx(scope.tenant, read=True) as conn:
         for sql, params in captured:
             if sql.startswith(("SELECT set_config", "SET TRANSACTION")):
                 continue

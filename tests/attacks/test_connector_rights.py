@@ -184,11 +184,11 @@ def test_front_matter_cannot_move_a_file_to_another_corpus(
     ana = principal("ana@bank.example")
     # The stored memo is untouched: still in 'risk', where the search of 'risk' finds it.
     assert store.readable_documents(ana, SS, ["risk/memo.md"]) == {"risk/memo.md"}
-    assert store._known_corpora("t1") == ["risk"]
+    assert store._search_backend().known_corpora("t1") == ["risk"]
     # The source's opt-in lets it move (the rights still only narrow).
     moved = run(store, tree, allow_front_matter_corpus=True)
     assert moved.errors == 0 and moved.updated == 1, moved.messages
-    assert sorted(store._known_corpora("t1")) == ["public-faq", "risk"]
+    assert sorted(store._search_backend().known_corpora("t1")) == ["public-faq", "risk"]
     assert readers(store, "risk/memo.md") == {"ana", "ben"}
 
 

@@ -15,6 +15,7 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
+from govrag.store.outbox import indexed_chunks
 from govrag.store.protocol import KnowledgeStore
 from govrag.types import SearchRequest, Strategy
 
@@ -24,7 +25,7 @@ ANA = principal("ana@x.example")
 
 
 def index_dir(store: KnowledgeStore) -> Path:
-    index, _ = store._lexical_index("t1")  # type: ignore[attr-defined]
+    index, _ = store._parts.indexes.lexical_index("t1")  # type: ignore[attr-defined]
     assert index.path is not None
     return Path(index.path)
 
@@ -67,9 +68,9 @@ def test_verify_compares_corpus_and_classification_too(open_store: StoreFactory)
     store = open_store()
     load(store, [ident("ana@x.example", "A"), doc("memo", "merger memo", ["A"])])
     store.sync_indexes("t1")
-    index, _ = store._lexical_index("t1")  # type: ignore[attr-defined]
-    with store._tx("t1", read=True) as conn:  # type: ignore[attr-defined]
-        (chunk,) = store._indexed_chunks(conn, "t1", None, vectors=False)  # type: ignore[attr-defined]
+    index, _ = store._parts.indexes.lexical_index("t1")  # type: ignore[attr-defined]
+    with store._db.tx("t1", read=True) as conn:  # type: ignore[attr-defined]
+        (chunk,) = indexed_chunks(conn, store.dialect, "t1", None, vectors=False)  # type: ignore[attr-defined]
     for forged in (replace(chunk, corpus="elsewhere"), replace(chunk, classification=0)):
         index.apply([chunk.doc_id], [forged], index.applied_seq())
         assert store.verify_index("t1").stale_access == 1

@@ -140,7 +140,7 @@ def test_time_alone_makes_an_anchor_stale(store: SQLiteStore, tmp_path: Path) ->
     auto = checkpointer(tmp_path, clock)
     store.observe_audit(auto.observe)
     append(store, 1)
-    store._audit_observers = ()  # a process that does not checkpoint (a library user)
+    store._parts.audit._observers = ()  # a process that does not checkpoint (a library user)
     append(store, 2)
     public = load_signing_key(tmp_path / "k.pem").public_key()
     late = datetime.now(UTC) + timedelta(hours=1)  # events carry the wall clock

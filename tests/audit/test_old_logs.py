@@ -51,7 +51,7 @@ def load_old_log(
     for tenant, chain in FIXTURE["tenants"].items():
         rows = chain["events"] + (extra or {}).get(tenant, [])
         head = chain["head"] if not extra else [rows[-1]["seq"], rows[-1]["hash"]]
-        with store._tx(tenant) as conn:  # type: ignore[attr-defined]
+        with store._db.tx(tenant) as conn:  # type: ignore[attr-defined]
             _insert(conn, tenant, rows, head)
 
 
@@ -169,7 +169,7 @@ def test_replay_reads_one_request_and_its_session_pin_by_index(store: KnowledgeS
 
 
 def test_the_session_pin_lookup_is_an_index_seek(sqlite_store: Any) -> None:
-    with sqlite_store._tx("t1", read=True) as conn:
+    with sqlite_store._db.tx("t1", read=True) as conn:
         plan = conn.execute(
             "EXPLAIN QUERY PLAN SELECT seq FROM audit_events WHERE tenant_id = ? AND "
             "session_id = ? AND kind = 'route_pinned' ORDER BY seq LIMIT 1", ("t1", "s")

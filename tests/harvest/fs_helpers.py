@@ -106,19 +106,19 @@ def run(
 def snapshot(store: SQLiteStore, tenant: str = "t1") -> dict[str, dict[str, Any]]:
     """Every stored document of the source: its fields, ACL rows and leaf chunk texts."""
     out: dict[str, dict[str, Any]] = {}
-    rows = store._q(
+    rows = store._db.q(
         tenant,
         "SELECT doc_id, external_id, corpus_id, title, classification, author_account, "
         "metadata FROM documents WHERE tenant_id = ? AND source_system = ?",
         (tenant, SOURCE),
     )
     for doc_id, ext, corpus, title, classification, author, metadata in rows:
-        acl = store._q(
+        acl = store._db.q(
             tenant,
             "SELECT principal_id FROM doc_acl WHERE doc_id = ? ORDER BY principal_id",
             (doc_id,),
         )
-        chunks = store._q(
+        chunks = store._db.q(
             tenant,
             "SELECT text FROM chunks WHERE doc_id = ? AND indexed = 1 ORDER BY ordinal",
             (doc_id,),

@@ -107,11 +107,11 @@ def test_reingest_is_idempotent(store: KnowledgeStore, tmp_path: Path) -> None:
 
 def test_rights_change_keeps_chunks_and_bumps_epoch(store: Any) -> None:
     load(store, [ident("ana@x.example", "A"), doc("d", "alpha beta", ["A"])])
-    chunk_ids = store._q("t1", "SELECT chunk_id FROM chunks")
+    chunk_ids = store._db.q("t1", "SELECT chunk_id FROM chunks")
     epoch = store.acl_epoch("t1")
     load(store, [doc("d", "alpha beta", ["B"])])
     # not re-chunked, not re-embedded
-    assert store._q("t1", "SELECT chunk_id FROM chunks") == chunk_ids
+    assert store._db.q("t1", "SELECT chunk_id FROM chunks") == chunk_ids
     assert store.acl_epoch("t1") > epoch
     assert store.search(principal("ana@x.example"), SearchRequest(query="alpha")).results == ()
 
@@ -155,13 +155,14 @@ def test_a_failing_write_leaves_no_partial_document(
     store: KnowledgeStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     load(store, [ident("ana@x.example", "A")])
-    original = store._write_chunks
+    documents = store._parts.documents
+    original = documents._write_chunks
 
     def explode(conn, tenant, doc_id, document):  # type: ignore[no-untyped-def]
         original(conn, tenant, doc_id, document)  # chunks are written ...
         raise StoreError("disk full")  # ... then the transaction fails
 
-    monkeypatch.setattr(store, "_write_chunks", explode)
+    monkeypatch.setattr(documents, "_write_chunks", explode)
     with pytest.raises(StoreError):
         load(store, [doc("d", "alpha\n\nbeta", ["A"])])
     assert counts(store) == (0, 0, 0, 0)

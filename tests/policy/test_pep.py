@@ -216,13 +216,13 @@ def test_an_audit_write_failure_is_deny_and_searches_nothing(tmp_path: Path, fau
     pep = PolicyEnforcementPoint(pdp, store)
     other = None
     if fault == "closed_connection":
-        store._conn.close()
+        store._db.connection.close()
     elif fault == "locked":
-        store._conn.execute("PRAGMA busy_timeout=200")
+        store._db.connection.execute("PRAGMA busy_timeout=200")
         other = lock_database(tmp_path / "g.db")
     else:  # SQLite's own "database or disk is full", by capping the file's pages
-        pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
-        store._conn.execute(f"PRAGMA max_page_count={pages}")
+        pages = store._db.connection.execute("PRAGMA page_count").fetchone()[0]
+        store._db.connection.execute(f"PRAGMA max_page_count={pages}")
         for size in (2000, 200, 20, 0):  # fill the last pages, down to the last byte
             for i in range(500):
                 try:

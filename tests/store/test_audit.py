@@ -45,10 +45,10 @@ def raw(store: Any, sql: str) -> None:
     """What an attacker with direct database access does (bypassing the application)."""
     statements = sql.split(";")
     if store.backend == "sqlite":
-        store._conn.execute("DROP TRIGGER IF EXISTS audit_events_no_update")
-        store._conn.execute("DROP TRIGGER IF EXISTS audit_events_no_delete")
+        store._db.connection.execute("DROP TRIGGER IF EXISTS audit_events_no_update")
+        store._db.connection.execute("DROP TRIGGER IF EXISTS audit_events_no_delete")
         for statement in statements:
-            store._conn.execute(statement)
+            store._db.connection.execute(statement)
     else:
         import psycopg
 
@@ -91,7 +91,7 @@ def test_the_application_cannot_change_events(store: Any) -> None:
     for sql in ("UPDATE audit_events SET kind = 'x'", "DELETE FROM audit_events"):
         with (
             pytest.raises(StoreError, match=r"append-only|permission denied"),
-            store._tx("t1") as c,
+            store._db.tx("t1") as c,
         ):
             c.execute(sql + " WHERE tenant_id = 't1'")
     assert store.verify_audit("t1").ok

@@ -61,8 +61,8 @@ def test_crash_between_commit_and_index_write_is_repaired_on_open(tmp_path: Path
 def test_verify_finds_drift_and_rebuild_repairs_it(store: Any) -> None:
     load(store, [ident("ana@x.example", "A"), doc("a", "alpha", ["A"]), doc("b", "beta", ["A"])])
     store.sync_indexes("t1")
-    lexical, _ = store._lexical_index("t1")
-    doc_id = store._q("t1", "SELECT doc_id FROM documents WHERE external_id = 'a'")[0][0]
+    lexical, _ = store._parts.indexes.lexical_index("t1")
+    doc_id = store._db.q("t1", "SELECT doc_id FROM documents WHERE external_id = 'a'")[0][0]
     lexical.apply([doc_id], [], lexical.applied_seq())  # drift: the index lost a chunk
     report = store.verify_index("t1")
     assert (report.missing, report.extra, report.differences) == (1, 0, 1)

@@ -28,11 +28,12 @@ from pgvector.psycopg import register_vector  # noqa: E402
 
 from govrag.harvest.ingest import Ingestor  # noqa: E402
 from govrag.harvest.records import DeleteRecord, Record  # noqa: E402
+from govrag.store.dialect import to_pyformat  # noqa: E402
 from govrag.store.migrations import migrate_postgres as migrate  # noqa: E402
 from govrag.store.migrations import migrations  # noqa: E402
-from govrag.store.pg_base import to_pyformat  # noqa: E402
 from govrag.store.pg_schema import ALL_READERS, READER_SETTING, TENANT_SETTING  # noqa: E402
-from govrag.store.postgres import PostgresStore, exact_statement, scope_sql  # noqa: E402
+from govrag.store.pg_vectors import exact_statement, scope_sql  # noqa: E402
+from govrag.store.postgres import PostgresStore  # noqa: E402
 from govrag.store.records import principal_token  # noqa: E402
 from govrag.types import Classification, SearchRequest, Strategy  # noqa: E402
 
@@ -297,7 +298,8 @@ def test_the_exact_path_reads_the_acl_index_as_the_app_role(
     load(pg_store, records, tenant)
     with psycopg.connect(pg_db, autocommit=True) as conn:
         conn.execute("ANALYZE chunk_vectors")
-    scope = pg_store._resolve_access(principal("ana@x.example", tenant), (), every_corpus=True)
+    resolve = pg_store._search_backend().resolve_access
+    scope = resolve(principal("ana@x.example", tenant), (), every_corpus=True)
     conds, params = scope_sql(scope, True, None)
     query = pg_store.embedder.embed_query(TEXTS[0])
     app = psycopg.conninfo.make_conninfo(pg_db, user=PG_APP_ROLE)

@@ -258,7 +258,7 @@ def faulty(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
 
 def check_whole_documents(store: PostgresStore) -> dict[str, int]:
     """Every stored document has its chunks, vectors, ACL rows and an outbox entry."""
-    with store._tx("t1", read=True) as conn:
+    with store._db.tx("t1", read=True) as conn:
         partial = conn.execute(
             "SELECT d.external_id FROM documents d WHERE d.tenant_id = 't1' AND ("
             " NOT EXISTS (SELECT 1 FROM chunks c WHERE c.tenant_id = d.tenant_id"
@@ -295,7 +295,7 @@ def test_a_fault_during_ingest_leaves_whole_documents_and_recovers(
     store, _ = fresh_store(faulty, tmp_path)
     # The fault strikes inside the 51st document's transaction, after its connection is
     # checked out: a fixed point of the ingest, however fast or loaded the machine is.
-    real_tx, real_put = store._tx, store.put_document
+    real_tx, real_put = store._db.tx, store.put_document
     written = 0
 
     def put_document(tenant: str, doc: Any) -> str:
@@ -313,11 +313,11 @@ def test_a_fault_during_ingest_leaves_whole_documents_and_recovers(
                     conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
             yield conn
 
-    store._tx, store.put_document = tx, put_document  # type: ignore[method-assign]
+    store._db.tx, store.put_document = tx, put_document  # type: ignore[method-assign]
     with pytest.raises(StoreError) as failure:
         load(store, records)
     assert "Traceback" not in str(failure.value)
-    store._tx, store.put_document = real_tx, real_put  # type: ignore[method-assign]
+    store._db.tx, store.put_document = real_tx, real_put  # type: ignore[method-assign]
     if fault == "stop_immediate":
         with pytest.raises(StoreError, match="unreachable"):
             store.stats("t1")  # a clear error while it is down

@@ -249,7 +249,8 @@ def test_stale_index_never_serves_a_revoked_chunk(store: KnowledgeStore) -> None
     assert ids(store, "ben@x.example", "quarterly") == ["d"]
     # Revoke, but keep this process's indexes from catching up (as if the apply lagged).
     load(store, [doc("d", "quarterly numbers", ["Z"])])
-    store.sync_indexes = lambda tenant, vectors=True: None  # type: ignore[method-assign]
+    indexes = store._parts.indexes  # type: ignore[attr-defined]
+    indexes.sync_indexes = lambda tenant, vectors=True: None
     for strategy in STRATEGIES:
         assert ids(store, "ben@x.example", "quarterly", strategy) == []
     kinds = [kind for kind, _ in store.incidents("t1")]
@@ -393,13 +394,13 @@ def test_hybrid_fuses_the_keyword_depth_with_the_vector_depth(
     load(store, [ident("ana@x.example", "A"), *docs])
     query = "wire transfer approval fraud"
     limits: list[int] = []
-    leg = store._vector_leg  # type: ignore[attr-defined]
+    leg = store._vectors.leg  # type: ignore[attr-defined]
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         limits.append(kwargs["limit"])
         return leg(*args, **kwargs)
 
-    monkeypatch.setattr(store, "_vector_leg", spy)
+    monkeypatch.setattr(store._vectors, "leg", spy)  # type: ignore[attr-defined]
     got = ids(store, "ana@x.example", query, strategy, top_k=top_k)
     assert set(limits) == {asked}  # the restricted ranking and the marker's alike
     if strategy is Strategy.HYBRID:

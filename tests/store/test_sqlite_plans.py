@@ -30,12 +30,12 @@ def executed_plans(root: Path) -> dict[str, list[str]]:
     for strategy in Strategy:  # warm: derived indexes synced, nothing left to catch up
         store.search(me, SearchRequest(query="wire limits", strategy=strategy))
     seen: list[str] = []
-    store._conn.set_trace_callback(seen.append)
+    store._db.connection.set_trace_callback(seen.append)
     for strategy in Strategy:
         store.search(me, SearchRequest(query="wire limits", strategy=strategy))
-    store._conn.set_trace_callback(None)
+    store._db.connection.set_trace_callback(None)
     plans = {
-        sql: [row[3] for row in store._conn.execute("EXPLAIN QUERY PLAN " + sql)]
+        sql: [row[3] for row in store._db.connection.execute("EXPLAIN QUERY PLAN " + sql)]
         for sql in dict.fromkeys(seen)
         if sql.lstrip().upper().startswith(("SELECT", "WITH"))
     }

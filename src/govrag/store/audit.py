@@ -12,9 +12,9 @@ Tamper-evident, not tamper-proof: someone able to rewrite the whole table and th
 forge a consistent chain (cut its end and rewind the head, wipe it, drop the tenant row). The
 anchor outside the database (``govrag.audit.checkpoint``: signed checkpoints of each head)
 detects that; this module gives it what it needs: every tenant with a tenant row *or* events
-(:meth:`SQLAudit.audit_tenants`), a chain and its head read in one snapshot
-(:meth:`SQLAudit.audit_chain`), and observers told of each committed event
-(:meth:`SQLAudit.observe_audit`), which is where the automatic checkpoints hook in.
+(:meth:`AuditRepository.audit_tenants`), a chain and its head read in one snapshot
+(:meth:`AuditRepository.audit_chain`), and observers told of each committed event
+(:meth:`AuditRepository.observe_audit`), which is where the automatic checkpoints hook in.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from govrag.store.clock import now_iso
+from govrag.store.database import Database, ensure_tenant, list_tenants, log
 from govrag.store.dialect import Conn
-from govrag.store.sql_base import SQLBase, log
 
 #: ``prev_hash`` of a chain's first event.
 GENESIS = "0" * 64
@@ -172,19 +172,22 @@ SELECT id FROM t WHERE id IS NOT NULL
 """
 
 
-class SQLAudit(SQLBase):
+class AuditRepository:
     """Audit events in the truth store (the same SQL on every backend)."""
 
-    #: Replaced (never mutated) by :meth:`observe_audit`, so iterating it needs no lock.
-    _audit_observers: tuple[AuditObserver, ...] = ()
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        #: Replaced (never mutated) by :meth:`observe_audit`, so iterating it needs no lock.
+        self._observers: tuple[AuditObserver, ...] = ()
 
     def observe_audit(self, observer: AuditObserver) -> None:
         """Call ``observer(event)`` after each audit event this handle commits. An observer
         that raises is logged; the committed event stands."""
-        self._audit_observers = (*self._audit_observers, observer)
+        self._observers = (*self._observers, observer)
 
-    def _announce(self, event: AuditEvent) -> None:
-        for observer in self._audit_observers:
+    def announce(self, event: AuditEvent) -> None:
+        """Tell the observers of ``event``, once its transaction has committed."""
+        for observer in self._observers:
             try:
                 observer(event)
             except Exception:
@@ -204,13 +207,13 @@ class SQLAudit(SQLBase):
     ) -> AuditEvent:
         """Commit one event (durably) and return it; raises :class:`StoreError` on failure,
         in which case nothing was written."""
-        with self._audit_tx(tenant) as conn:
-            self._ensure_tenant(conn, tenant)
-            event = self._append_event(conn, tenant, kind, payload, request_id, session_id)
-        self._announce(event)
+        with self._db.audit_tx(tenant) as conn:
+            ensure_tenant(conn, self._db.dialect, tenant)
+            event = self.append_event(conn, tenant, kind, payload, request_id, session_id)
+        self.announce(event)
         return event
 
-    def _append_event(
+    def append_event(
         self,
         conn: Conn,
         tenant: str,
@@ -219,7 +222,8 @@ class SQLAudit(SQLBase):
         request_id: str,
         session_id: str,
     ) -> AuditEvent:
-        """Chain one event inside the caller's (audit) transaction."""
+        """Chain one event inside the caller's audit transaction (:meth:`Database.audit_tx`);
+        announce it after the commit."""
         # Takes the tenant row's lock until commit: one writer per chain at a time.
         seq, prev = conn.execute(
             "UPDATE tenants SET audit_seq = audit_seq + 1 WHERE tenant_id = ? "
@@ -253,14 +257,14 @@ class SQLAudit(SQLBase):
         """A tenant's events in chain order (those of one request, if given)."""
         where = "tenant_id = ?" + (" AND request_id = ?" if request_id is not None else "")
         params = (tenant,) if request_id is None else (tenant, request_id)
-        rows = self._q(
+        rows = self._db.q(
             tenant, f"SELECT {_COLUMNS} FROM audit_events WHERE {where} ORDER BY seq", params
         )
         return [AuditEvent(r[0], int(r[1]), *r[2:]) for r in rows]
 
     def audit_session_pinned(self, tenant: str, session_id: str) -> AuditEvent | None:
         """The ``route_pinned`` event that opened ``session_id`` (one index seek), or None."""
-        rows = self._q(
+        rows = self._db.q(
             tenant,
             f"SELECT {_COLUMNS} FROM audit_events WHERE tenant_id = ? AND session_id = ? "
             "AND kind = 'route_pinned' ORDER BY seq LIMIT 1",
@@ -270,7 +274,7 @@ class SQLAudit(SQLBase):
 
     def audit_chain(self, tenant: str) -> AuditChain:
         """The tenant's events and its tenant row's head, from one snapshot."""
-        with self._tx(tenant, read=True) as conn:
+        with self._db.tx(tenant, read=True) as conn:
             head = conn.execute(
                 "SELECT audit_seq, audit_head FROM tenants WHERE tenant_id = ?", (tenant,)
             ).fetchone()
@@ -288,6 +292,6 @@ class SQLAudit(SQLBase):
     def audit_tenants(self) -> list[str]:
         """Every tenant with a tenant row or with audit events: a chain whose tenant row was
         deleted, or events written under a tenant nobody created, are listed too."""
-        with self._audit_directory_tx() as conn:
+        with self._db.directory_tx() as conn:
             rows = conn.execute(_EVENT_TENANTS).fetchall()
-        return sorted({str(r[0]) for r in rows} | set(self.tenants()))
+        return sorted({str(r[0]) for r in rows} | set(list_tenants(self._db)))

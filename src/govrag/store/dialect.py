@@ -1,9 +1,11 @@
 """The few pieces of SQL that differ between SQLite and PostgreSQL, in one place.
 
-Both backends run the same statements (``sql_writes.py``, ``sql_derived.py``,
-``sql_reads.py``), written with ``?`` placeholders and ``{name}`` slots that a
-:class:`Dialect` fills in. Lists (ids, principal tokens) are bound as one JSON text parameter
-on both backends, so a statement has the same parameters everywhere.
+Both backends run the same statements (the repositories: ``identities.py``,
+``documents.py``, ``outbox.py``, ``reads.py`` ...), written with ``?`` placeholders and
+``{name}`` slots that a :class:`Dialect` fills in; the few statements that differ in more
+than a slot are chosen by a flag of the dialect (``database.py``). Lists (ids, principal
+tokens) are bound as one JSON text parameter on both backends, so a statement has the same
+parameters everywhere.
 """
 
 from __future__ import annotations
@@ -52,6 +54,15 @@ class Dialect:
     by_member: str
     #: Index hint for probing identities by source account (SQLite's ``INDEXED BY``).
     by_account: str
+    #: Tenant ids are listed in ``tenant_directory`` too: the one table outside PostgreSQL's
+    #: tenant policies, so an operator's "every tenant" commands can enumerate them.
+    tenant_directory: bool
+    #: Outbox entries are numbered from the tenant row, under its lock until commit, so they
+    #: become visible in sequence order with concurrent writers (PostgreSQL); SQLite has one
+    #: writer at a time and lets the table number them.
+    numbered_outbox: bool
+    #: The ``embedding`` column takes a float32 array (pgvector's adapter), not its bytes.
+    vector_arrays: bool
 
     def sql(self, template: str) -> str:
         """``template`` with this dialect's slots filled in."""
@@ -91,6 +102,9 @@ SQLITE = Dialect(
     # covering index, scanning every identity of the tenant per chunk: 8.4 ms instead of
     # 1.6 ms to hydrate 50 chunks with 1,000 accounts.
     by_account="INDEXED BY identities_by_account",
+    tenant_directory=False,
+    numbered_outbox=False,
+    vector_arrays=False,
 )
 
 # The bound id and principal lists behind an optimisation fence (``OFFSET 0``). Flattened
@@ -116,6 +130,9 @@ POSTGRES = Dialect(
     true="TRUE",
     by_member="",
     by_account="",
+    tenant_directory=True,
+    numbered_outbox=True,
+    vector_arrays=True,
 )
 
 

@@ -1,72 +1,42 @@
 """The PostgreSQL truth store (psycopg 3 + pgvector): for deployments past one machine.
 
-Writes, the derived lexical index and reads are the shared SQL parts (``sql_*.py``), so both
-backends hold the same truth and give the same keyword results; each govrag process keeps
-its own tantivy index per tenant and applies the PostgreSQL outbox before it searches. What
-is PostgreSQL's own is the vector leg, in the database. Each vector row carries its
-document's corpus, classification and ACL tokens (schema migration 6, kept by triggers), so
-the access predicate is evaluated on the vector row itself:
-
-- When the caller may read few vectors (at most ``exact_vector_threshold``, counted under
-  the same predicate), it scores them all: exact, and cheaper than walking a graph. The
-  readable vectors come from one GIN bitmap scan of the ACL tokens, read in physical order,
-  and are counted and scored in one pass. Counting a broad caller's readable vectors would
-  itself be costly, so a cheap bound decides first: index-only counts of the caller's ACL
-  rows and of the requested corpora's documents, each stopped at the threshold. Only when
-  one of them is within it can the readable set be small, and only then is it counted.
-- Otherwise an HNSW index scan with ``hnsw.iterative_scan = strict_order``, the access
-  predicate applied to every candidate inside the scan; ``hnsw.max_scan_tuples`` bounds the
-  walk, and a walk stopped by it before finding ``limit`` rows is reported as truncated.
+A facade: it opens a :class:`~govrag.store.pg_database.PgDatabase` (a pool, migrated on
+open), composes the store's repositories over it (``compose.py``), the same SQL as SQLite's,
+so both backends hold the same truth and give the same keyword results, and delegates each
+public member to the repository that owns it. Each govrag process keeps its own tantivy
+index per tenant and applies the PostgreSQL outbox before it searches. What is PostgreSQL's
+own is the vector leg, in the database (``pg_vectors.py``), which lets the hidden-item
+marker rank on another thread while the caller's vector leg runs on the server.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+import threading
+from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from govrag.embed.base import Embedder, FloatArray
-from govrag.settings import SearchSettings
-from govrag.store.pg_base import PgBase, describe_server
-from govrag.store.pg_schema import ALL_READERS, READER_SETTING
-from govrag.store.records import AccessScope, token_pair
-from govrag.store.sessions import SQLSessions
-from govrag.store.sql_access import SQLAccess
-from govrag.store.sql_reads import SQLReads
-from govrag.store.sql_writes import SQLWrites
-
-#: Every vector row carries what the access predicate reads (its document's corpus,
-#: classification and ACL tokens; migration 6 keeps them equal to the truth by triggers), so
-#: neither path joins chunks, documents or ACL rows: the walk checks each candidate on the
-#: row it already read, and the exact path finds the readable vectors with one GIN bitmap
-#: scan, read in physical order. Every vector belongs to an indexed chunk.
-_VECTORS = "FROM chunk_vectors v WHERE v.tenant_id = ?"
+from govrag.embed.base import Embedder
+from govrag.settings import CurationSettings, SearchSettings
+from govrag.store.audit import AuditChain, AuditEvent, AuditObserver, ChainReport
+from govrag.store.compose import compose
+from govrag.store.curation import CurationReport
+from govrag.store.dialect import POSTGRES
+from govrag.store.pg_database import PgDatabase, describe_server
+from govrag.store.pg_vectors import PgVectors
+from govrag.store.records import DocumentWrite, IndexReport, StoredHashes
+from govrag.store.search import SearchBackend, SearchConfig
+from govrag.store.sessions import SessionRow
+from govrag.types import Principal, SearchRequest, SearchResult
 
 
-#: Vector rows of a tenant whose access columns are not their document's (``v``: the vector
-#: row; ``c``, ``d``: its chunk and document; tokens as the triggers compute them).
-_DRIFT = (
-    "c.tenant_id = v.tenant_id AND c.chunk_id = v.chunk_id AND v.tenant_id = ? "
-    "AND (v.doc_id, v.corpus_id, v.classification, v.acl) IS DISTINCT FROM "
-    "(c.doc_id, d.corpus_id, d.classification, govrag_acl_tokens(c.tenant_id, c.doc_id))"
-)
-_DOCUMENT = "JOIN documents d ON d.tenant_id = c.tenant_id AND d.doc_id = c.doc_id"
-_COUNT_DRIFT = f"SELECT COUNT(*) FROM chunk_vectors v, chunks c {_DOCUMENT} WHERE {_DRIFT}"
-_REPAIR_ACCESS = (
-    "UPDATE chunk_vectors v SET doc_id = c.doc_id, corpus_id = d.corpus_id, "
-    "classification = d.classification, acl = govrag_acl_tokens(c.tenant_id, c.doc_id) "
-    f"FROM chunks c {_DOCUMENT} WHERE {_DRIFT}"
-)
-
-
-class PostgresStore(SQLReads, SQLWrites, SQLAccess, SQLSessions, PgBase):
+class PostgresStore:
     """Knowledge store on a PostgreSQL database with pgvector >= 0.8."""
 
     backend = "postgres"
-    #: The marker's unrestricted ranking runs beside the restricted one (``run_search``).
-    _concurrent_marker = True
+    dialect = POSTGRES
 
     def __init__(
         self,
@@ -79,188 +49,212 @@ class PostgresStore(SQLReads, SQLWrites, SQLAccess, SQLSessions, PgBase):
         embedder: Embedder | None = None,
         search: SearchSettings | None = None,
     ) -> None:
-        self._init_state(index_root(index_dir, url), embedder, search)
-        PgBase.__init__(
-            self,
-            url,
-            admin_url=admin_url,
-            app_role=app_role,
-            pool_size=pool_size,
+        self._config = SearchConfig(search or SearchSettings(), embedder)
+        #: Where this process keeps its derived lexical indexes of this database.
+        self.index_dir = index_root(index_dir, url)
+        self._db = PgDatabase(
+            url, admin_url=admin_url, app_role=app_role, pool_size=pool_size,
             vector_dims=() if embedder is None else (embedder.dim,),
+        )  # fmt: skip
+        self.url, self.admin_url, self.where = self._db.url, self._db.admin_url, self._db.where
+        self._vectors = PgVectors(self._db, self._config)
+        # The derived indexes are this process's own: a lock of their own serialises them.
+        self._parts = compose(
+            self._db, self._vectors, self._config,
+            lock=threading.RLock(), index_dir=self.index_dir, concurrent_marker=True,
+        )  # fmt: skip
+
+    @property
+    def embedder(self) -> Embedder | None:
+        """Embeds queries for the vector leg; ingest embeds documents with the same model."""
+        return self._config.embedder
+
+    @embedder.setter
+    def embedder(self, embedder: Embedder | None) -> None:
+        self._config.embedder = embedder
+
+    @property
+    def search_settings(self) -> SearchSettings:
+        """Read by every search (fusion depths, marker, vector paths)."""
+        return self._config.settings
+
+    @search_settings.setter
+    def search_settings(self, settings: SearchSettings) -> None:
+        self._config.settings = settings
+
+    def close(self) -> None:
+        self._db.close()
+
+    def _search_backend(self) -> SearchBackend:
+        """The search primitives, white-box (tests, benchmarks): see :class:`SearchBackend`."""
+        return self._parts.primitives.backend()
+
+    # -- governed reads (GovernedReads) -----------------------------------------------------
+    def search(self, principal: Principal, request: SearchRequest) -> SearchResult:
+        return self._parts.reads.search(principal, request)
+
+    def readable_documents(
+        self, principal: Principal, source_system: str, external_ids: Sequence[str]
+    ) -> set[str]:
+        return self._parts.reads.readable_documents(principal, source_system, external_ids)
+
+    def readable_corpus(
+        self, principal: Principal, source_system: str, external_id: str
+    ) -> str | None:
+        return self._parts.reads.readable_corpus(principal, source_system, external_id)
+
+    def is_empty_for(self, principal: Principal, corpora: Sequence[str]) -> bool:
+        return self._parts.reads.is_empty_for(principal, corpora)
+
+    def generation(self, tenant: str) -> tuple[int, int]:
+        return self._parts.reads.generation(tenant)
+
+    def acl_epoch(self, tenant: str) -> int:
+        return self._parts.reads.acl_epoch(tenant)
+
+    # -- identities and groups (IngestWrites) -----------------------------------------------
+    def put_identity(
+        self,
+        tenant: str,
+        email: str,
+        source_system: str,
+        account_id: str,
+        *,
+        previous_email: str | None = None,
+    ) -> bool:
+        return self._parts.identities.put_identity(
+            tenant, email, source_system, account_id, previous_email=previous_email
         )
 
-    def _may_be_few(
-        self,
-        conn: Any,
-        scope: AccessScope,
-        acl: bool,
-        doc_ids: Sequence[int] | None,
-        cap: int,
+    def remove_identity(self, tenant: str, email: str, source_system: str, account_id: str) -> bool:
+        return self._parts.identities.remove_identity(tenant, email, source_system, account_id)
+
+    def account_owner(self, tenant: str, source_system: str, account_id: str) -> str | None:
+        return self._parts.identities.account_owner(tenant, source_system, account_id)
+
+    def put_group(
+        self, tenant: str, source_system: str, group_id: str, members: Sequence[str]
     ) -> bool:
-        """Whether the readable documents can number ``cap`` or fewer, from bounds that cost
-        an index-only scan of at most ``cap + 1`` entries each. Documents, not vectors: a
-        document has one vector or more, so a large bound means many vectors; a small one
-        is confirmed by the exact count."""
-        if doc_ids is not None and len(doc_ids) <= cap:
-            return True
-        counts = []
-        if acl:
-            principals, pairs = _principal_values(scope)
-            if not pairs:
-                return True  # reads nothing: the exact statement returns at once
-            counts.append(
-                (
-                    "SELECT 1 FROM doc_acl WHERE tenant_id = ? AND (source_system, "
-                    f"principal_id) IN {principals}",
-                    [scope.tenant, *pairs],
-                )
-            )
-        if scope.filter_corpora:
-            counts.append(
-                (
-                    "SELECT 1 FROM documents WHERE tenant_id = ? AND corpus_id IN ("
-                    + ", ".join("?" for _ in scope.corpora)
-                    + ")",
-                    [scope.tenant, *scope.corpora],
-                )
-            )
-        for sql, params in counts:
-            (n,) = conn.execute(
-                self.dialect.sql(f"SELECT COUNT(*) FROM ({sql} LIMIT ?) AS bound"),
-                (*params, cap + 1),
-            ).fetchone()
-            if int(n) <= cap:
-                return True
-        return not counts
+        return self._parts.identities.put_group(tenant, source_system, group_id, members)
 
-    @contextmanager
-    def _as_reader(self, conn: Any, tokens: frozenset[str] | None) -> Iterator[None]:
-        """Name the caller's principal tokens to the vectors' ``reader_acl`` policy for the
-        statements inside (``None``: leave every row visible). The query states the same
-        predicate; the policy is what lets the scan use the GIN index (see ``pg_schema``).
-        No tokens: a value no row holds. Cleared on the way out, because a search's
-        transaction goes on; not after an error, which has aborted the transaction."""
-        if tokens is None:
-            yield
-            return
-        setter = self.dialect.sql("SELECT set_config(?, ?, true)")
-        conn.execute(setter, (READER_SETTING, ALL_READERS.join(sorted(tokens)) or "\x1f"))
-        yield
-        conn.execute(setter, (READER_SETTING, ""))
+    def source_accounts(self, tenant: str, email: str, source_system: str) -> list[str]:
+        return self._parts.identities.source_accounts(tenant, email, source_system)
 
-    def _vector_access(self, tenant: str, *, repair: bool) -> int:
-        """Vector rows whose access columns differ from their document's (the triggers keep
-        them equal unless disabled; see docs/scaling.md); with ``repair``, set them right."""
-        with self._tx(tenant, read=not repair) as conn:
-            if repair:
-                cur = conn.execute(self.dialect.sql(_REPAIR_ACCESS), (tenant,))
-                return int(cur.rowcount)
-            (n,) = conn.execute(self.dialect.sql(_COUNT_DRIFT), (tenant,)).fetchone()
-            return int(n)
+    # -- documents and ACLs (IngestWrites, StoreAdmin.drop_tenant) --------------------------
+    def stored_hashes(
+        self, tenant: str, keys: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], StoredHashes]:
+        return self._parts.documents.stored_hashes(tenant, keys)
 
-    def _vector_leg(
+    def put_document(self, tenant: str, doc: DocumentWrite) -> str:
+        return self._parts.documents.put_document(tenant, doc)
+
+    def delete_document(self, tenant: str, source_system: str, external_id: str) -> bool:
+        return self._parts.documents.delete_document(tenant, source_system, external_id)
+
+    def drop_tenant(self, tenant: str) -> int:
+        return self._parts.documents.drop_tenant(tenant)
+
+    # -- audit (AuditLog) -------------------------------------------------------------------
+    def append_audit(
         self,
-        scope: AccessScope,
-        query: FloatArray,
+        tenant: str,
+        kind: str,
+        payload: dict[str, Any],
         *,
-        acl: bool,
-        doc_ids: Sequence[int] | None,
-        limit: int,
-    ) -> tuple[list[tuple[int, float]], bool]:
-        """Top ``limit`` by inner product under the access predicate (see module docs)."""
-        settings = self.search_settings
-        dim = int(query.shape[0])
-        qvec = self._vector_param(query)
-        conds, params = scope_sql(scope, acl, doc_ids)
-        with (
-            self._tx(scope.tenant, read=True) as conn,
-            self._as_reader(conn, scope.tokens if acl else None),
-        ):
-            cap = max(settings.exact_vector_threshold, limit)
-            if (acl or doc_ids is not None) and self._may_be_few(conn, scope, acl, doc_ids, cap):
-                # Score the readable vectors (up to cap + 1) in one statement and count them:
-                # when there are more than cap, nothing is returned and the graph is walked.
-                rows = conn.execute(
-                    self.dialect.sql(exact_statement(conds)),
-                    (qvec, scope.tenant, *params, cap + 1, cap, limit),
-                ).fetchall()
-                if int(rows[0][0]) <= cap:
-                    return [(int(r[1]), -float(r[2])) for r in rows if r[1] is not None], False
-            # The bound or the count above established that the readable set is large; the
-            # planner's estimate of the token overlap is rough (array statistics), so keep
-            # it from sorting a filtered scan instead of walking the graph in distance order.
-            conn.execute("SET LOCAL enable_sort = off")
-            conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
-            conn.execute(
-                f"SET LOCAL hnsw.ef_search = {min(1000, max(settings.hnsw_ef_search, limit))}"
-            )
-            conn.execute(f"SET LOCAL hnsw.max_scan_tuples = {settings.hnsw_max_scan_tuples}")
-            typed = f"CAST(v.embedding AS vector({dim}))"
-            rows = conn.execute(
-                self.dialect.sql(
-                    f"SELECT v.chunk_id, -({typed} <#> CAST(? AS vector({dim}))) {_VECTORS} "
-                    f"AND vector_dims(v.embedding) = {dim}{conds} "
-                    f"ORDER BY {typed} <#> CAST(? AS vector({dim})) LIMIT ?"
-                ),
-                (qvec, scope.tenant, *params, qvec, limit),
-            ).fetchall()
-            # The transaction may go on (a search pins one for all its reads).
-            conn.execute("SET LOCAL enable_sort = on")
-        hits = [(int(r[0]), float(r[1])) for r in rows]
-        # A filtered walk is only reached with more than ``cap`` (>= ``limit``) ACL rows or
-        # readable vectors: a short list means the scan bound (most likely) stopped it, so
-        # say that fewer results than asked may exist rather than stay silent.
-        return hits, (acl or doc_ids is not None) and len(hits) < limit
+        request_id: str,
+        session_id: str,
+    ) -> AuditEvent:
+        return self._parts.audit.append_audit(
+            tenant, kind, payload, request_id=request_id, session_id=session_id
+        )
 
+    def audit_events(self, tenant: str, *, request_id: str | None = None) -> list[AuditEvent]:
+        return self._parts.audit.audit_events(tenant, request_id=request_id)
 
-def exact_statement(conds: str) -> str:
-    """The exact path: the readable vectors (``conds``, at most ``cap + 1``: the ``LIMIT``
-    parameter) scored in one pass, their count, and the top ``limit`` when the count is
-    within ``cap``. Parameters: query vector, tenant, the conditions', ``cap + 1``, ``cap``,
-    ``limit``."""
-    return (
-        "WITH allowed AS MATERIALIZED ("
-        f"SELECT v.chunk_id, v.embedding <#> CAST(? AS vector) AS distance "
-        f"{_VECTORS}{conds} LIMIT ?) "
-        "SELECT n.n, s.chunk_id, s.distance "
-        "FROM (SELECT COUNT(*) AS n FROM allowed) n LEFT JOIN LATERAL ("
-        "SELECT chunk_id, distance FROM allowed WHERE n.n <= ? "
-        "ORDER BY distance, chunk_id LIMIT ?) s ON TRUE"
-    )
+    def audit_session_pinned(self, tenant: str, session_id: str) -> AuditEvent | None:
+        return self._parts.audit.audit_session_pinned(tenant, session_id)
 
+    def audit_chain(self, tenant: str) -> AuditChain:
+        return self._parts.audit.audit_chain(tenant)
 
-def scope_sql(
-    scope: AccessScope, acl: bool, doc_ids: Sequence[int] | None
-) -> tuple[str, list[Any]]:
-    """``AND ...`` conditions on a vector row ``v``, with their parameters: the same
-    predicate as :data:`ACL_EXISTS` and the SQLite backend's, on the row's own copies of its
-    document's corpus, classification and, with ``acl``, ACL tokens (the caller's principal
-    tokens, one of which the row's must hold)."""
-    conds: list[str] = []
-    params: list[Any] = []
-    if scope.filter_corpora:
-        conds.append("v.corpus_id = ANY(CAST(? AS text[]))")
-        params.append(list(scope.corpora))
-    if scope.filter_ceiling:
-        conds.append("v.classification <= ?")
-        params.append(scope.ceiling)
-    if acl:
-        if scope.tokens:
-            conds.append("v.acl && CAST(? AS text[])")
-            params.append(sorted(scope.tokens))
-        else:
-            conds.append("FALSE")  # reads nothing, as ACL_EXISTS over an empty list
-    if doc_ids is not None:
-        conds.append("v.doc_id = ANY(CAST(? AS bigint[]))")
-        params.append(list(doc_ids))
-    return "".join(f" AND {c}" for c in conds), params
+    def verify_audit(self, tenant: str) -> ChainReport:
+        return self._parts.audit.verify_audit(tenant)
 
+    def audit_tenants(self) -> list[str]:
+        return self._parts.audit.audit_tenants()
 
-def _principal_values(scope: AccessScope) -> tuple[str, list[str]]:
-    """The caller's principals as ``(VALUES (?, ?), ...)`` and its flat parameters; the
-    planner sees how many there are (a JSON parameter hides that)."""
-    pairs = sorted(token_pair(t) for t in scope.tokens)
-    return "(VALUES " + ", ".join("(?, ?)" for _ in pairs) + ")", [v for p in pairs for v in p]
+    def observe_audit(self, observer: AuditObserver) -> None:
+        self._parts.audit.observe_audit(observer)
+
+    # -- sessions (SessionStore) ------------------------------------------------------------
+    def create_session(
+        self,
+        tenant: str,
+        session_id: str,
+        *,
+        sub: str,
+        route_id: str,
+        retrieval_json: str,
+        route_table_version: str,
+        request_id: str,
+    ) -> tuple[SessionRow, AuditEvent]:
+        return self._parts.sessions.create_session(
+            tenant, session_id, sub=sub, route_id=route_id, retrieval_json=retrieval_json,
+            route_table_version=route_table_version, request_id=request_id,
+        )  # fmt: skip
+
+    def get_session(self, tenant: str, session_id: str) -> SessionRow | None:
+        return self._parts.sessions.get_session(tenant, session_id)
+
+    # -- access and curation (AccessLedger) -------------------------------------------------
+    def record_access(
+        self, tenant: str, documents: Sequence[tuple[str, str]], *, kind: str = "answer"
+    ) -> None:
+        self._parts.ledger.record_access(tenant, documents, kind=kind)
+
+    def access_counts(self, tenant: str) -> dict[str, int]:
+        return self._parts.ledger.access_counts(tenant)
+
+    def consume_marker(self, tenant: str, email: str, *, window: int, budget: int) -> int | None:
+        return self._parts.ledger.consume_marker(tenant, email, window=window, budget=budget)
+
+    def curate(
+        self, tenant: str, settings: CurationSettings | None = None, *, now: datetime | None = None
+    ) -> CurationReport:
+        return self._parts.ledger.curate(tenant, settings, now=now)
+
+    # -- tenants, corpora, counts, incidents (StoreAdmin) -----------------------------------
+    def tenants(self) -> list[str]:
+        return self._parts.catalogue.tenants()
+
+    def list_corpora(self, tenant: str) -> list[tuple[str, str]]:
+        return self._parts.catalogue.list_corpora(tenant)
+
+    def describe_corpus(self, tenant: str, corpus: str, description: str) -> None:
+        self._parts.catalogue.describe_corpus(tenant, corpus, description)
+
+    def is_empty(self, tenant: str) -> bool:
+        return self._parts.catalogue.is_empty(tenant)
+
+    def stats(self, tenant: str) -> dict[str, int]:
+        return self._parts.catalogue.stats(tenant)
+
+    def incidents(self, tenant: str) -> list[tuple[str, dict[str, object]]]:
+        return self._parts.catalogue.incidents(tenant)
+
+    def record_incident(self, tenant: str, kind: str, detail: dict[str, object]) -> None:
+        self._parts.catalogue.record_incident(tenant, kind, detail)
+
+    # -- derived indexes (StoreAdmin) -------------------------------------------------------
+    def sync_indexes(self, tenant: str, *, vectors: bool = True) -> None:
+        self._parts.indexes.sync_indexes(tenant, vectors=vectors)
+
+    def verify_index(self, tenant: str) -> IndexReport:
+        return self._parts.indexes.verify_index(tenant)
+
+    def rebuild_index(self, tenant: str) -> int:
+        return self._parts.indexes.rebuild_index(tenant)
 
 
 def index_root(index_dir: Path | None, url: str) -> Path | None:

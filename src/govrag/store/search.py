@@ -45,6 +45,16 @@ from govrag.types import (
 )
 
 
+@dataclass
+class SearchConfig:
+    """What a store's searches read anew each time, shared by the parts that search: the
+    settings (an evaluation pass may replace them between searches) and the embedder."""
+
+    settings: SearchSettings
+    #: Embeds queries for the vector leg; ingest embeds documents with the same model.
+    embedder: Embedder | None
+
+
 @dataclass(frozen=True)
 class ChunkInfo:
     doc_id: str
@@ -102,8 +112,9 @@ class SearchBackend:
 
     They are access-free or access-parametrised (``acl=False`` ranks without the caller's
     tokens, for the hidden-item marker; ``chunk_info`` reads chunk text by id with no check),
-    so no store offers them as public members: a store builds this record from its private
-    methods inside its ``search`` and it goes no further than this module.
+    so no store offers them as public members: a store's governed reads build this record
+    from private methods (``search_primitives.py``) inside their ``search``, and it goes no
+    further than this module.
     """
 
     search_settings: SearchSettings

@@ -1,7 +1,8 @@
 """Pinned sessions in the truth store, so any process can serve a session.
 
 A session row and its ``route_pinned`` audit event commit in one transaction: no session
-exists that the audit log does not show being pinned.
+exists that the audit log does not show being pinned. So this repository writes through the
+audit repository it is given, inside its own audit transaction.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ import json
 from dataclasses import dataclass
 
 from govrag.errors import InputError
-from govrag.store.audit import AuditEvent, SQLAudit
+from govrag.store.audit import AuditEvent, AuditRepository
 from govrag.store.clock import now_iso
+from govrag.store.database import Database, ensure_tenant
 
 
 @dataclass(frozen=True)
@@ -26,7 +28,13 @@ class SessionRow:
     created_at: str
 
 
-class SQLSessions(SQLAudit):
+class SessionRepository:
+    """Pinned sessions of each tenant."""
+
+    def __init__(self, db: Database, audit: AuditRepository) -> None:
+        self._db = db
+        self._audit = audit
+
     def create_session(
         self,
         tenant: str,
@@ -42,8 +50,8 @@ class SQLSessions(SQLAudit):
         session id is used once (a second pin is refused)."""
         row = SessionRow(tenant, session_id, sub, route_id, retrieval_json,
                          route_table_version, now_iso())  # fmt: skip
-        with self._audit_tx(tenant) as conn:
-            self._ensure_tenant(conn, tenant)
+        with self._db.audit_tx(tenant) as conn:
+            ensure_tenant(conn, self._db.dialect, tenant)
             taken = conn.execute(
                 "SELECT 1 FROM sessions WHERE tenant_id = ? AND session_id = ?",
                 (tenant, session_id),
@@ -58,12 +66,14 @@ class SQLSessions(SQLAudit):
             )  # fmt: skip
             pinned = {"sub": sub, "route_id": route_id, "retrieval": json.loads(retrieval_json),
                       "route_table_version": route_table_version}  # fmt: skip
-            event = self._append_event(conn, tenant, "route_pinned", pinned, request_id, session_id)
-        self._announce(event)
+            event = self._audit.append_event(
+                conn, tenant, "route_pinned", pinned, request_id, session_id
+            )
+        self._audit.announce(event)
         return row, event
 
     def get_session(self, tenant: str, session_id: str) -> SessionRow | None:
-        rows = self._q(
+        rows = self._db.q(
             tenant,
             "SELECT tenant_id, session_id, sub, route_id, retrieval, route_table_version, "
             "created_at FROM sessions WHERE tenant_id = ? AND session_id = ?",

@@ -1,154 +1,49 @@
-"""Writes of the truth store, the same SQL on every backend: identities, groups, documents.
+"""Documents and their ACLs, as ingest writes them; the same SQL on every backend.
 
-Each call is one transaction. Every change to a document appends an index-outbox row in the
-same transaction, and every change to rights (or to trust scores, which rank) bumps the
-tenant's ACL epoch.
+A document is written whole or not at all: its row, ACL rows, metadata rows, chunks and
+vectors in one transaction, with an index-outbox entry (the derived indexes catch up from
+it) and, when rights changed, a bump of the tenant's ACL epoch (cached results expire).
+Dropping a tenant is here too: it deletes the documents and everything else of the tenant
+but its audit log, then this process's derived indexes of it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from govrag.errors import ConfigError, IdentityConflict, StoreError
+from govrag.errors import ConfigError, StoreError
 from govrag.store.clock import now_iso
-from govrag.store.dialect import Conn
-from govrag.store.records import (
-    EVERYONE,
-    DocumentWrite,
-    StoredHashes,
+from govrag.store.database import (
+    Database,
+    append_outbox,
+    bump_epoch,
+    ensure_source,
+    ensure_tenant,
+    forget_tenant,
+    json_list,
+    vector_param,
 )
-from govrag.store.sql_base import SQLBase, json_list
+from govrag.store.derived import DerivedIndexes
+from govrag.store.dialect import Conn
+from govrag.store.records import EVERYONE, DocumentWrite, StoredHashes
+
+#: Every table holding a tenant's rows, children before parents, except the audit log
+#: (append-only: it outlives a dropped tenant) and the tenant row itself.
+_TENANT_TABLES = (
+    "relations", "chunk_entities", "entities", "access_counter", "incidents",
+    "index_outbox", "doc_meta", "doc_acl", "chunk_vectors", "chunks", "documents",
+    "vector_spaces", "group_members", "groups", "identities", "source_systems", "corpora",
+    "sessions", "marker_budget",
+)  # fmt: skip
 
 
-class SQLWrites(SQLBase):
-    """The harvester's side of the store."""
+class DocumentRepository:
+    """The harvester's documents: write, compare, delete; and dropping a whole tenant."""
 
-    def _ensure_source(self, conn: Conn, tenant: str, source_system: str) -> None:
-        conn.execute(
-            "INSERT INTO source_systems(tenant_id, source_system) VALUES (?, ?) "
-            "ON CONFLICT DO NOTHING",
-            (tenant, source_system),
-        )
+    def __init__(self, db: Database, indexes: DerivedIndexes) -> None:
+        self._db = db
+        self._indexes = indexes
 
-    # -- identities and groups -------------------------------------------------------------
-    def put_identity(
-        self,
-        tenant: str,
-        email: str,
-        source_system: str,
-        account_id: str,
-        *,
-        previous_email: str | None = None,
-    ) -> bool:
-        """Bind an email to a source-system account. Returns whether anything changed.
-
-        An account has at most one owner (a unique index, so concurrent claims cannot race
-        past it): binding an account that another email owns raises
-        :class:`~govrag.errors.IdentityConflict` and changes nothing, so a placeholder or
-        hostile claim never captures a real user's rights. ``previous_email`` rebinds the
-        account after an email change, atomically and only if ``previous_email`` owns it
-        now (compare and set); otherwise :class:`~govrag.errors.IdentityConflict`.
-        Re-sending a binding that already holds (with or without ``previous_email``) is a
-        no-op. A change bumps the ACL epoch.
-        """
-        email = email.casefold()
-        previous = None if previous_email is None else previous_email.casefold()
-        try:
-            with self._tx(tenant) as conn:
-                self._ensure_tenant(conn, tenant)
-                if previous is None or previous == email:
-                    try:
-                        cur = conn.execute(
-                            "INSERT INTO identities(tenant_id, email, source_system, account_id) "
-                            "VALUES (?, ?, ?, ?) "
-                            "ON CONFLICT (tenant_id, email, source_system, account_id) DO NOTHING",
-                            (tenant, email, source_system, account_id),
-                        )
-                    except self._unique_violation as exc:
-                        # Another email owns the account. (PostgreSQL has aborted the
-                        # transaction: the owner is read after it, for the message.)
-                        raise _Owned() from exc
-                else:
-                    cur = conn.execute(
-                        "UPDATE identities SET email = ? WHERE tenant_id = ? "
-                        "AND source_system = ? AND account_id = ? AND email = ?",
-                        (email, tenant, source_system, account_id, previous),
-                    )
-                    if cur.rowcount == 0:
-                        owner = _account_owner(conn, tenant, source_system, account_id)
-                        if owner != email:
-                            raise IdentityConflict.refused(
-                                email, source_system, account_id, owner, previous
-                            )
-                changed = cur.rowcount > 0
-                if changed:
-                    self._ensure_source(conn, tenant, source_system)
-                    self._bump_epoch(conn, tenant)
-                return changed
-        except _Owned as owned:
-            with self._tx(tenant, read=True) as conn:
-                owner = _account_owner(conn, tenant, source_system, account_id)
-            raise IdentityConflict.refused(
-                email, source_system, account_id, owner, None
-            ) from owned.__cause__
-
-    def account_owner(self, tenant: str, source_system: str, account_id: str) -> str | None:
-        """The email bound to a source-system account, if any."""
-        with self._tx(tenant, read=True) as conn:
-            return _account_owner(conn, tenant, source_system, account_id)
-
-    def remove_identity(self, tenant: str, email: str, source_system: str, account_id: str) -> bool:
-        """Unbind an email from a source-system account; the next search no longer grants
-        the account's rights to it. Returns whether a binding was removed (then the ACL
-        epoch is bumped)."""
-        with self._tx(tenant) as conn:
-            cur = conn.execute(
-                "DELETE FROM identities WHERE tenant_id = ? AND email = ? "
-                "AND source_system = ? AND account_id = ?",
-                (tenant, email.casefold(), source_system, account_id),
-            )
-            removed = cur.rowcount > 0
-            if removed:
-                self._bump_epoch(conn, tenant)
-            return removed
-
-    def put_group(
-        self, tenant: str, source_system: str, group_id: str, members: Sequence[str]
-    ) -> bool:
-        """Replace a group's direct members. Returns whether the membership changed."""
-        wanted = set(members)
-        with self._tx(tenant) as conn:
-            self._ensure_tenant(conn, tenant)
-            self._ensure_source(conn, tenant, source_system)
-            conn.execute(
-                "INSERT INTO groups(tenant_id, source_system, group_id) VALUES (?, ?, ?) "
-                "ON CONFLICT DO NOTHING",
-                (tenant, source_system, group_id),
-            )
-            have = {
-                r[0]
-                for r in conn.execute(
-                    "SELECT member_id FROM group_members WHERE tenant_id = ? AND "
-                    "source_system = ? AND group_id = ?",
-                    (tenant, source_system, group_id),
-                ).fetchall()
-            }
-            if have == wanted:
-                return False
-            conn.executemany(
-                "DELETE FROM group_members WHERE tenant_id = ? AND source_system = ? "
-                "AND group_id = ? AND member_id = ?",
-                [(tenant, source_system, group_id, m) for m in have - wanted],
-            )
-            conn.executemany(
-                "INSERT INTO group_members(tenant_id, source_system, group_id, member_id) "
-                "VALUES (?, ?, ?, ?)",
-                [(tenant, source_system, group_id, m) for m in wanted - have],
-            )
-            self._bump_epoch(conn, tenant)
-            return True
-
-    # -- documents -------------------------------------------------------------------------
     def stored_hashes(
         self, tenant: str, keys: Sequence[tuple[str, str]]
     ) -> dict[tuple[str, str], StoredHashes]:
@@ -156,11 +51,11 @@ class SQLWrites(SQLBase):
         out: dict[tuple[str, str], StoredHashes] = {}
         for start in range(0, len(keys), 400):
             batch = keys[start : start + 400]
-            rows = self._q(
+            rows = self._db.q(
                 tenant,
                 # The key list drives (pinned join): one unique-index probe per key, never a
                 # scan of the tenant's documents (which SQLite picks without statistics).
-                self.dialect.sql(
+                self._db.dialect.sql(
                     "SELECT d.source_system, d.external_id, d.content_hash, d.record_hash "
                     "FROM {pairs} {pin} documents d "
                     "ON d.tenant_id = ? AND d.source_system = t.ss AND d.external_id = t.pid"
@@ -173,8 +68,8 @@ class SQLWrites(SQLBase):
 
     def put_document(self, tenant: str, doc: DocumentWrite) -> str:
         """Write one document atomically. Returns ``added``, ``updated`` or ``unchanged``."""
-        with self._tx(tenant) as conn:
-            self._ensure_tenant(conn, tenant)
+        with self._db.tx(tenant) as conn:
+            ensure_tenant(conn, self._db.dialect, tenant)
             row = conn.execute(
                 "SELECT doc_id, content_hash, record_hash, classification FROM documents "
                 "WHERE tenant_id = ? AND source_system = ? AND external_id = ?",
@@ -186,7 +81,7 @@ class SQLWrites(SQLBase):
                 raise StoreError(
                     f"document {doc.external_id!r} changed content but arrived without chunks"
                 )
-            self._ensure_source(conn, tenant, doc.source_system)
+            ensure_source(conn, tenant, doc.source_system)
             conn.execute(
                 "INSERT INTO corpora(tenant_id, corpus_id, created_at) VALUES (?, ?, ?) "
                 "ON CONFLICT DO NOTHING",
@@ -251,15 +146,15 @@ class SQLWrites(SQLBase):
             )
             if doc.chunks is not None:
                 self._write_chunks(conn, tenant, doc_id, doc)
-            self._append_outbox(conn, tenant, doc_id)
+            append_outbox(conn, self._db.dialect, tenant, doc_id)
             if rights_changed:
-                self._bump_epoch(conn, tenant)
+                bump_epoch(conn, tenant)
             return "added" if row is None else "updated"
 
     def _by_doc(self, statement: str) -> str:
         """``statement`` restricted to one document of a tenant (params: tenant, doc id)."""
         # SQLite: probe the doc_id-leading index, not a tenant-wide one.
-        return self.dialect.sql(statement + " WHERE {plus}tenant_id = ? AND doc_id = ?")
+        return self._db.dialect.sql(statement + " WHERE {plus}tenant_id = ? AND doc_id = ?")
 
     def _write_chunks(self, conn: Conn, tenant: str, doc_id: int, doc: DocumentWrite) -> None:
         assert doc.chunks is not None
@@ -289,7 +184,7 @@ class SQLWrites(SQLBase):
             if chunk.indexed and doc.vectors is not None:
                 conn.execute(
                     "INSERT INTO chunk_vectors(chunk_id, tenant_id, embedding) VALUES (?, ?, ?)",
-                    (chunk_id, tenant, self._vector_param(doc.vectors[vec_i])),
+                    (chunk_id, tenant, vector_param(self._db.dialect, doc.vectors[vec_i])),
                 )
                 vec_i += 1
 
@@ -311,7 +206,7 @@ class SQLWrites(SQLBase):
 
     def delete_document(self, tenant: str, source_system: str, external_id: str) -> bool:
         """Delete a document with its chunks, vectors, ACL and metadata rows."""
-        with self._tx(tenant) as conn:
+        with self._db.tx(tenant) as conn:
             row = conn.execute(
                 "SELECT doc_id FROM documents WHERE tenant_id = ? AND source_system = ? "
                 "AND external_id = ?",
@@ -320,8 +215,8 @@ class SQLWrites(SQLBase):
             if row is None:
                 return False
             conn.execute(self._by_doc("DELETE FROM documents"), (tenant, row[0]))
-            self._append_outbox(conn, tenant, int(row[0]))
-            self._bump_epoch(conn, tenant)
+            append_outbox(conn, self._db.dialect, tenant, int(row[0]))
+            bump_epoch(conn, tenant)
             return True
 
     def drop_tenant(self, tenant: str) -> int:
@@ -332,13 +227,13 @@ class SQLWrites(SQLBase):
         index is ahead of the tenant's outbox, or on ``govrag index rebuild``); meanwhile the
         truth-store re-check of every search keeps them out of its results.
         """
-        with self._tx(tenant) as conn:
+        with self._db.tx(tenant) as conn:
             documents = int(
                 conn.execute(
                     "SELECT COUNT(*) FROM documents WHERE tenant_id = ?", (tenant,)
                 ).fetchone()[0]
             )
-            for table in self._tenant_tables:
+            for table in _TENANT_TABLES:
                 conn.execute(f"DELETE FROM {table} WHERE tenant_id = ?", (tenant,))
             # The tenant row anchors its audit chain: it stays while the chain has events
             # (and then keeps counting ACL epochs, so caches never see an epoch again).
@@ -346,20 +241,8 @@ class SQLWrites(SQLBase):
                 "SELECT 1 FROM audit_events WHERE tenant_id = ? LIMIT 1", (tenant,)
             ).fetchone()
             if audited:
-                self._bump_epoch(conn, tenant)
+                bump_epoch(conn, tenant)
             else:
-                self._forget_tenant(conn, tenant)
-        self._forget_derived(tenant)
+                forget_tenant(conn, self._db.dialect, tenant)
+        self._indexes.forget(tenant)
         return documents
-
-
-class _Owned(Exception):
-    """Internal: an identity insert hit the one-owner index (the driver error is its cause)."""
-
-
-def _account_owner(conn: Conn, tenant: str, source_system: str, account_id: str) -> str | None:
-    row = conn.execute(
-        "SELECT email FROM identities WHERE tenant_id = ? AND source_system = ? AND account_id = ?",
-        (tenant, source_system, account_id),
-    ).fetchone()
-    return None if row is None else str(row[0])

@@ -1,4 +1,5 @@
-"""PostgreSQL connection plumbing: a pool, tenant-scoped transactions, clear errors.
+"""The PostgreSQL :class:`~govrag.store.database.Database`: a pool, tenant-scoped
+transactions, clear errors.
 
 Every transaction names its tenant with ``set_config('govrag.tenant', ..., true)`` (local to
 the transaction, so it is safe behind a transaction-mode pooler): the forced row-level
@@ -17,14 +18,12 @@ from contextlib import contextmanager
 from typing import Any
 
 from govrag.errors import MissingExtraError, StoreError
-from govrag.store.clock import now_iso
+from govrag.store.database import log
 from govrag.store.dialect import POSTGRES, Conn, Cursor, to_pyformat
 from govrag.store.migrations import migrate_postgres
 from govrag.store.pg_schema import AUDIT_DIRECTORY_SETTING, TENANT_SETTING, ensure_vector_index
-from govrag.store.sql_base import SQLBase, log
 
 try:
-    import numpy as np
     import psycopg
     import psycopg_pool
     from pgvector.psycopg import register_vector
@@ -72,11 +71,11 @@ class PgConn:
                 cur.executemany(to_pyformat(sql), seq)
 
 
-class PgBase(SQLBase):
+class PgDatabase:
     """A connection pool on one PostgreSQL database, migrated on open."""
 
     dialect = POSTGRES
-    _unique_violation = (psycopg.errors.UniqueViolation,)
+    unique_violation: tuple[type[Exception], ...] = (psycopg.errors.UniqueViolation,)
 
     def __init__(
         self,
@@ -102,7 +101,7 @@ class PgBase(SQLBase):
                     if ensure_vector_index(conn, dim):
                         log.info("created the HNSW index for %d-dimensional vectors", dim)
         except psycopg.OperationalError as exc:
-            raise self._unreachable(exc, describe_server(self.admin_url)) from exc
+            raise _unreachable(exc, describe_server(self.admin_url)) from exc
         self._pool = psycopg_pool.ConnectionPool(
             url,
             min_size=1,
@@ -122,20 +121,12 @@ class PgBase(SQLBase):
     def close(self) -> None:
         self._pool.close()
 
-    @staticmethod
-    def _unreachable(exc: Exception, where: str) -> StoreError:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return StoreError(
-            f"PostgreSQL at {where} is unreachable ({reason}); check [store] url and that the "
-            "server is running"
-        )
-
     @contextmanager
-    def _tx(self, tenant: str, *, read: bool = False) -> Iterator[Conn]:
+    def tx(self, tenant: str, *, read: bool = False) -> Iterator[Conn]:
         """One transaction scoped to ``tenant`` (row-level security sees only its rows).
 
         A read transaction is one snapshot (repeatable read), so the statements of an outbox
-        apply or a search agree with each other. Inside :meth:`_pin_reads`, reads of its
+        apply or a search agree with each other. Inside :meth:`pin_reads`, reads of its
         tenant join the pinned transaction.
         """
         pinned = getattr(self._pinned, "conn", None)
@@ -149,66 +140,48 @@ class PgBase(SQLBase):
                 conn.execute("SELECT set_config(%s, %s, true)", (TENANT_SETTING, tenant))
                 yield PgConn(conn)
         except psycopg_pool.PoolTimeout as exc:
-            raise self._unreachable(exc, self.where) from exc
+            raise _unreachable(exc, self.where) from exc
         except psycopg.OperationalError as exc:
-            raise self._unreachable(exc, self.where) from exc
+            raise _unreachable(exc, self.where) from exc
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL statement failed: {str(exc).strip()}") from exc
 
     @contextmanager
-    def _pin_reads(self, tenant: str) -> Iterator[None]:
+    def pin_reads(self, tenant: str) -> Iterator[None]:
         """Serve this thread's reads of ``tenant`` from one snapshot on one connection: a
         search then costs one checkout and a round trip per statement, not a transaction
         per statement, and all its statements see the same data."""
         if getattr(self._pinned, "conn", None) is not None:
             yield
             return
-        with self._tx(tenant, read=True) as conn:
+        with self.tx(tenant, read=True) as conn:
             self._pinned.conn, self._pinned.tenant = conn, tenant
             try:
                 yield
             finally:
                 self._pinned.conn = None
 
-    # -- pieces of write transactions that differ from SQLite --------------------------------
-    def _ensure_tenant(self, conn: Conn, tenant: str) -> None:
-        conn.execute(
-            "INSERT INTO tenant_directory(tenant_id) VALUES (?) ON CONFLICT DO NOTHING", (tenant,)
-        )
-        super()._ensure_tenant(conn, tenant)
-
-    def _forget_tenant(self, conn: Conn, tenant: str) -> None:
-        super()._forget_tenant(conn, tenant)
-        conn.execute("DELETE FROM tenant_directory WHERE tenant_id = ?", (tenant,))
-
     @contextmanager
-    def _audit_directory_tx(self) -> Iterator[Conn]:
-        with self._tx("", read=True) as conn:
+    def directory_tx(self) -> Iterator[Conn]:
+        with self.tx("", read=True) as conn:
             conn.execute("SELECT set_config(?, 'on', true)", (AUDIT_DIRECTORY_SETTING,))
             yield conn
 
     @contextmanager
-    def _audit_tx(self, tenant: str) -> Iterator[Conn]:
-        with self._tx(tenant) as conn:
+    def audit_tx(self, tenant: str) -> Iterator[Conn]:
+        with self.tx(tenant) as conn:
             # Whatever the server's default: the commit returns once the WAL is flushed.
             conn.execute("SET LOCAL synchronous_commit = on")
             yield conn
 
-    def _append_outbox(self, conn: Conn, tenant: str, doc_id: int) -> None:
-        # Numbered from the tenant row, under its lock until commit: entries become visible
-        # in sequence order, so a reader that applied up to N cannot miss a later-committed N-1.
-        conn.execute(
-            "WITH s AS (UPDATE tenants SET outbox_seq = outbox_seq + 1 WHERE tenant_id = ? "
-            "RETURNING outbox_seq) "
-            "INSERT INTO index_outbox(tenant_id, seq, doc_id, created_at) "
-            "SELECT ?, outbox_seq, ?, ? FROM s",
-            (tenant, tenant, doc_id, now_iso()),
-        )
+    def q(self, tenant: str, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self.tx(tenant, read=True) as conn:
+            return list(conn.execute(sql, params).fetchall())
 
-    def _vector_param(self, vector: Any) -> object:
-        return np.ascontiguousarray(vector, dtype=np.float32)
 
-    def tenants(self) -> list[str]:
-        return [
-            r[0] for r in self._q("", "SELECT tenant_id FROM tenant_directory ORDER BY tenant_id")
-        ]
+def _unreachable(exc: Exception, where: str) -> StoreError:
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return StoreError(
+        f"PostgreSQL at {where} is unreachable ({reason}); check [store] url and that the "
+        "server is running"
+    )

@@ -15,11 +15,14 @@ from datetime import UTC, datetime
 from govrag.settings import CurationSettings
 from govrag.store.clock import now_iso
 from govrag.store.curation import NEUTRAL, CurationReport, parse_instant, trust_score
-from govrag.store.sql_base import SQLBase
+from govrag.store.database import Database, bump_epoch, ensure_tenant
 
 
-class SQLAccess(SQLBase):
+class LedgerRepository:
     """The access ledger: counters, curation, marker budget."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     def record_access(
         self, tenant: str, documents: Sequence[tuple[str, str]], *, kind: str = "answer"
@@ -32,8 +35,8 @@ class SQLAccess(SQLBase):
         if not documents:
             return
         now = now_iso()
-        with self._tx(tenant) as conn:
-            self._ensure_tenant(conn, tenant)
+        with self._db.tx(tenant) as conn:
+            ensure_tenant(conn, self._db.dialect, tenant)
             conn.executemany(
                 "INSERT INTO access_counter(tenant_id, entity_kind, entity_id, hits, "
                 "last_accessed_at) VALUES (?, 'document', ?, 1, ?) "
@@ -50,7 +53,7 @@ class SQLAccess(SQLBase):
         transaction, so processes sharing the store share the budget; older windows of the
         principal are dropped."""
         key = (tenant, email.casefold(), window)
-        with self._tx(tenant) as conn:
+        with self._db.tx(tenant) as conn:
             conn.execute(
                 "DELETE FROM marker_budget WHERE tenant_id = ? AND email = ? AND window_start < ?",
                 key,
@@ -74,7 +77,7 @@ class SQLAccess(SQLBase):
         Pass, see :mod:`govrag.store.curation`); one transaction."""
         cfg = settings or CurationSettings()
         at = now or datetime.now(UTC)
-        with self._tx(tenant) as conn:
+        with self._db.tx(tenant) as conn:
             rows = conn.execute(
                 "SELECT d.doc_id, d.authority_tier, d.updated_at, d.ingested_at, d.trust_score, "
                 "COALESCE(a.hits, 0), a.last_accessed_at FROM documents d "
@@ -100,13 +103,13 @@ class SQLAccess(SQLBase):
             if changes:
                 # Trust scores rank (the reranker reads them): result caches keyed on the
                 # tenant's generation must not serve rankings made with the old ones.
-                self._bump_epoch(conn, tenant)
+                bump_epoch(conn, tenant)
         return CurationReport(tenant, len(rows), len(changes),
                               total / len(rows) if rows else NEUTRAL, at.isoformat())  # fmt: skip
 
     def access_counts(self, tenant: str) -> dict[str, int]:
         """Hits per ``source_system:external_id`` of documents that were ever accessed."""
-        rows = self._q(
+        rows = self._db.q(
             tenant,
             "SELECT entity_id, hits FROM access_counter WHERE tenant_id = ? "
             "AND entity_kind = 'document'",

@@ -1,4 +1,4 @@
-"""PostgreSQL plumbing on a real server: tenant-scoped transactions, clear errors, recovery."""
+"""The PostgreSQL Database on a real server: tenant-scoped transactions, clear errors, recovery."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ skip_module_unless_available()
 import psycopg  # noqa: E402
 
 from govrag.errors import StoreError  # noqa: E402
-from govrag.store.pg_base import PgBase, describe_server  # noqa: E402
+from govrag.store.pg_database import PgDatabase, describe_server  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -25,10 +25,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
 
 
 @pytest.fixture
-def base(server: PgServer, request: pytest.FixtureRequest) -> Iterator[PgBase]:
+def base(server: PgServer, request: pytest.FixtureRequest) -> Iterator[PgDatabase]:
     name = "b_" + request.node.name.lower().replace("[", "_").replace("]", "")[:50]
     dsn = server.create_database(name)
-    store = PgBase(
+    store = PgDatabase(
         psycopg.conninfo.make_conninfo(dsn, user="govrag_app"), admin_url=dsn,
         app_role="govrag_app",
     )  # fmt: skip
@@ -36,46 +36,46 @@ def base(server: PgServer, request: pytest.FixtureRequest) -> Iterator[PgBase]:
     store.close()
 
 
-def _add_tenant(base: PgBase, tenant: str, as_tenant: str | None = None) -> None:
-    with base._tx(as_tenant or tenant) as conn:
+def _add_tenant(base: PgDatabase, tenant: str, as_tenant: str | None = None) -> None:
+    with base.tx(as_tenant or tenant) as conn:
         conn.execute("INSERT INTO tenants(tenant_id, created_at) VALUES (?, 'now')", (tenant,))
 
 
-def test_statements_see_only_their_tenant(base: PgBase) -> None:
+def test_statements_see_only_their_tenant(base: PgDatabase) -> None:
     for tenant in ("t1", "t2"):
         _add_tenant(base, tenant)
-    assert base._q("t1", "SELECT tenant_id FROM tenants") == [("t1",)]
-    assert base._q("t2", "SELECT tenant_id FROM tenants") == [("t2",)]
+    assert base.q("t1", "SELECT tenant_id FROM tenants") == [("t1",)]
+    assert base.q("t2", "SELECT tenant_id FROM tenants") == [("t2",)]
     with pytest.raises(StoreError, match="row-level security"):
         _add_tenant(base, "t2x", as_tenant="t1")
 
 
-def test_reads_are_read_only(base: PgBase) -> None:
+def test_reads_are_read_only(base: PgDatabase) -> None:
     with pytest.raises(StoreError, match="read-only transaction"):
-        base._q("t1", "INSERT INTO tenants(tenant_id, created_at) VALUES ('t1', 'now')")
+        base.q("t1", "INSERT INTO tenants(tenant_id, created_at) VALUES ('t1', 'now')")
 
 
-def test_the_setting_does_not_outlive_the_transaction(base: PgBase) -> None:
+def test_the_setting_does_not_outlive_the_transaction(base: PgDatabase) -> None:
     _add_tenant(base, "t1")
-    with base._pool.connection() as conn:  # the same pooled connection, outside _tx
+    with base._pool.connection() as conn:  # the same pooled connection, outside tx
         assert conn.execute("SELECT COUNT(*) FROM tenants").fetchone() == (0,)
 
 
 def test_unreachable_server_is_one_clear_error() -> None:
     url = f"postgresql://app:secret@127.0.0.1:{free_port()}/nope"
     with pytest.raises(StoreError) as info:
-        PgBase(url)
+        PgDatabase(url)
     message = str(info.value)
     assert "app@127.0.0.1" in message and "unreachable" in message and "[store] url" in message
     assert "secret" not in message
 
 
-def test_recovers_after_a_server_restart(server: PgServer, base: PgBase) -> None:
+def test_recovers_after_a_server_restart(server: PgServer, base: PgDatabase) -> None:
     _add_tenant(base, "t1")
     server.stop("immediate")
     try:
         with pytest.raises(StoreError, match=r"unreachable|failed"):
-            base._q("t1", "SELECT 1")
+            base.q("t1", "SELECT 1")
     finally:
         server.start()
     # No restart of govrag: the pool replaces its dead connections. How soon depends on the
@@ -83,7 +83,7 @@ def test_recovers_after_a_server_restart(server: PgServer, base: PgBase) -> None
     # machine): a caller may be told "unreachable, retry" meanwhile, never anything else.
     for _ in range(60):
         try:
-            rows = base._q("t1", "SELECT tenant_id FROM tenants")
+            rows = base.q("t1", "SELECT tenant_id FROM tenants")
             break
         except StoreError as exc:
             assert "unreachable" in str(exc) or "failed" in str(exc), exc

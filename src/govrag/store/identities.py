@@ -1,0 +1,161 @@
+"""Who is who in the sources: identities (email -> source accounts) and groups.
+
+What the ACL pre-filter resolves a caller through (``acl.py``), written by ingest. Each call
+is one transaction, and every change bumps the tenant's ACL epoch, so no cached result
+survives a change of who may read what. An account has at most one owner (a unique index):
+a placeholder or hostile claim never captures a real user's rights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from govrag.errors import IdentityConflict
+from govrag.store.database import Database, bump_epoch, ensure_source, ensure_tenant
+from govrag.store.dialect import Conn
+
+
+class IdentityRepository:
+    """Identity bindings and group memberships of each tenant."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def put_identity(
+        self,
+        tenant: str,
+        email: str,
+        source_system: str,
+        account_id: str,
+        *,
+        previous_email: str | None = None,
+    ) -> bool:
+        """Bind an email to a source-system account. Returns whether anything changed.
+
+        An account has at most one owner (a unique index, so concurrent claims cannot race
+        past it): binding an account that another email owns raises
+        :class:`~govrag.errors.IdentityConflict` and changes nothing, so a placeholder or
+        hostile claim never captures a real user's rights. ``previous_email`` rebinds the
+        account after an email change, atomically and only if ``previous_email`` owns it
+        now (compare and set); otherwise :class:`~govrag.errors.IdentityConflict`.
+        Re-sending a binding that already holds (with or without ``previous_email``) is a
+        no-op. A change bumps the ACL epoch.
+        """
+        email = email.casefold()
+        previous = None if previous_email is None else previous_email.casefold()
+        try:
+            with self._db.tx(tenant) as conn:
+                ensure_tenant(conn, self._db.dialect, tenant)
+                if previous is None or previous == email:
+                    try:
+                        cur = conn.execute(
+                            "INSERT INTO identities(tenant_id, email, source_system, account_id) "
+                            "VALUES (?, ?, ?, ?) "
+                            "ON CONFLICT (tenant_id, email, source_system, account_id) DO NOTHING",
+                            (tenant, email, source_system, account_id),
+                        )
+                    except self._db.unique_violation as exc:
+                        # Another email owns the account. (PostgreSQL has aborted the
+                        # transaction: the owner is read after it, for the message.)
+                        raise _Owned() from exc
+                else:
+                    cur = conn.execute(
+                        "UPDATE identities SET email = ? WHERE tenant_id = ? "
+                        "AND source_system = ? AND account_id = ? AND email = ?",
+                        (email, tenant, source_system, account_id, previous),
+                    )
+                    if cur.rowcount == 0:
+                        owner = _account_owner(conn, tenant, source_system, account_id)
+                        if owner != email:
+                            raise IdentityConflict.refused(
+                                email, source_system, account_id, owner, previous
+                            )
+                changed = cur.rowcount > 0
+                if changed:
+                    ensure_source(conn, tenant, source_system)
+                    bump_epoch(conn, tenant)
+                return changed
+        except _Owned as owned:
+            with self._db.tx(tenant, read=True) as conn:
+                owner = _account_owner(conn, tenant, source_system, account_id)
+            raise IdentityConflict.refused(
+                email, source_system, account_id, owner, None
+            ) from owned.__cause__
+
+    def account_owner(self, tenant: str, source_system: str, account_id: str) -> str | None:
+        """The email bound to a source-system account, if any."""
+        with self._db.tx(tenant, read=True) as conn:
+            return _account_owner(conn, tenant, source_system, account_id)
+
+    def remove_identity(self, tenant: str, email: str, source_system: str, account_id: str) -> bool:
+        """Unbind an email from a source-system account; the next search no longer grants
+        the account's rights to it. Returns whether a binding was removed (then the ACL
+        epoch is bumped)."""
+        with self._db.tx(tenant) as conn:
+            cur = conn.execute(
+                "DELETE FROM identities WHERE tenant_id = ? AND email = ? "
+                "AND source_system = ? AND account_id = ?",
+                (tenant, email.casefold(), source_system, account_id),
+            )
+            removed = cur.rowcount > 0
+            if removed:
+                bump_epoch(conn, tenant)
+            return removed
+
+    def put_group(
+        self, tenant: str, source_system: str, group_id: str, members: Sequence[str]
+    ) -> bool:
+        """Replace a group's direct members. Returns whether the membership changed."""
+        wanted = set(members)
+        with self._db.tx(tenant) as conn:
+            ensure_tenant(conn, self._db.dialect, tenant)
+            ensure_source(conn, tenant, source_system)
+            conn.execute(
+                "INSERT INTO groups(tenant_id, source_system, group_id) VALUES (?, ?, ?) "
+                "ON CONFLICT DO NOTHING",
+                (tenant, source_system, group_id),
+            )
+            have = {
+                r[0]
+                for r in conn.execute(
+                    "SELECT member_id FROM group_members WHERE tenant_id = ? AND "
+                    "source_system = ? AND group_id = ?",
+                    (tenant, source_system, group_id),
+                ).fetchall()
+            }
+            if have == wanted:
+                return False
+            conn.executemany(
+                "DELETE FROM group_members WHERE tenant_id = ? AND source_system = ? "
+                "AND group_id = ? AND member_id = ?",
+                [(tenant, source_system, group_id, m) for m in have - wanted],
+            )
+            conn.executemany(
+                "INSERT INTO group_members(tenant_id, source_system, group_id, member_id) "
+                "VALUES (?, ?, ?, ?)",
+                [(tenant, source_system, group_id, m) for m in wanted - have],
+            )
+            bump_epoch(conn, tenant)
+            return True
+
+    def source_accounts(self, tenant: str, email: str, source_system: str) -> list[str]:
+        """The caller's own accounts in a source system (what a live rights check asks about)."""
+        rows = self._db.q(
+            tenant,
+            "SELECT account_id FROM identities WHERE tenant_id = ? AND email = ? "
+            "AND source_system = ? ORDER BY account_id",
+            (tenant, email.casefold(), source_system),
+        )
+        return [str(r[0]) for r in rows]
+
+
+class _Owned(Exception):
+    """Internal: an identity insert hit the one-owner index (the driver error is its cause)."""
+
+
+def _account_owner(conn: Conn, tenant: str, source_system: str, account_id: str) -> str | None:
+    row = conn.execute(
+        "SELECT email FROM identities WHERE tenant_id = ? AND source_system = ? AND account_id = ?",
+        (tenant, source_system, account_id),
+    ).fetchone()
+    return None if row is None else str(row[0])
