@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from govrag.audit import replay
+from govrag.audit.events import PinnedRetrieval, RoutePinned
 from govrag.deployment import Deployment
 from govrag.scaffold import RETRIEVAL_MANIFEST
 from govrag.store.protocol import KnowledgeStore
@@ -170,8 +171,9 @@ def test_the_tenant_directory_is_the_truth_store_on_both_backends(store: Knowled
     load(store, [doc("d", "some text", ["*"])], tenant="t1")
     assert admit("t1") == "admitted"
     assert admit("t2") == "unknown_tenant"
-    store.create_session("t2", "ses-1", sub="zoe", route_id="r", retrieval_json="{}",
-                         route_table_version="v", request_id="req-1")  # fmt: skip
+    pin = RoutePinned(sub="zoe", route_id="r", retrieval=PinnedRetrieval(),
+                      route_table_version="v")  # fmt: skip
+    store.create_session("t2", "ses-1", pin, request_id="req-1")
     assert admit("t2") == "admitted"
 
 

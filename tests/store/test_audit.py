@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from govrag.audit.events import PinnedRetrieval, RoutePinned
 from govrag.errors import InputError, StoreError
 from govrag.store.audit import GENESIS, NO_TENANT_ROW, AuditEvent
 from govrag.store.protocol import KnowledgeStore
@@ -131,16 +132,19 @@ def test_dropping_a_tenant_keeps_its_audit_trail(store: KnowledgeStore) -> None:
 
 def test_a_session_and_its_pinning_event_commit_together(store: KnowledgeStore) -> None:
     append(store, 1)
-    pin = {"sub": "ana", "route_id": "qa", "retrieval_json": '{"mode":"tool","scope":["a"]}',
-           "route_table_version": "sha256:1", "request_id": "r9"}  # fmt: skip
-    row, event = store.create_session("t1", "ses-1", **pin)
+    pin = RoutePinned(sub="ana", route_id="qa",
+                      retrieval=PinnedRetrieval(mode="tool", scope=("a",)),
+                      route_table_version="sha256:1")  # fmt: skip
+    row, event = store.create_session("t1", "ses-1", pin, request_id="r9")
+    assert row.retrieval_json == '{"mode":"tool","scope":["a"]}' and row.sub == "ana"
     assert store.get_session("t1", "ses-1") == row
     assert (event.kind, event.session_id, event.request_id, event.seq) == (
         "route_pinned", "ses-1", "r9", 2)  # fmt: skip
     assert event.payload["retrieval"] == {"mode": "tool", "scope": ["a"]}
     # A session id is pinned once; the refused second pin writes no event either.
     with pytest.raises(InputError, match="already exists"):
-        store.create_session("t1", "ses-1", **{**pin, "route_id": "other"})
+        store.create_session("t1", "ses-1", pin.model_copy(update={"route_id": "other"}),
+                             request_id="r9")  # fmt: skip
     assert [e.kind for e in store.audit_events("t1")] == ["pep_decision", "route_pinned"]
     assert store.get_session("t1", "ses-1") == row and store.verify_audit("t1").ok
 
@@ -177,9 +181,9 @@ def test_observers_hear_each_committed_event_and_cannot_lose_one(store: Knowledg
 
     store.observe_audit(broken)
     event = store.append_audit("t1", "pep_decision", {}, request_id="r", session_id="s")
-    _, pinned = store.create_session("t1", "ses-1", sub="ana", route_id="qa",
-                                     retrieval_json="{}", route_table_version="v",
-                                     request_id="r")  # fmt: skip
+    pin = RoutePinned(sub="ana", route_id="qa", retrieval=PinnedRetrieval(),
+                      route_table_version="v")  # fmt: skip
+    _, pinned = store.create_session("t1", "ses-1", pin, request_id="r")
     assert heard == [event, pinned]
     assert [e.event_id for e in store.audit_events("t1")] == [event.event_id, pinned.event_id]
     assert store.verify_audit("t1").ok

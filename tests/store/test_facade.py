@@ -17,6 +17,7 @@ from typing import Any
 import pydantic
 import pytest
 
+from govrag.audit.events import PinnedRetrieval, RoutePinned
 from govrag.store.postgres import PostgresStore
 from govrag.store.protocol import (
     AccessLedger,
@@ -120,10 +121,9 @@ def _call(store: KnowledgeStore, name: str) -> Any:
         "create_session": lambda: store.create_session(
             t,
             "s1",
-            sub="ana",
-            route_id="r",
-            retrieval_json="{}",
-            route_table_version="v",
+            RoutePinned(
+                sub="ana", route_id="r", retrieval=PinnedRetrieval(), route_table_version="v"
+            ),
             request_id="r",
         ),
         "curate": lambda: store.curate(t),

@@ -13,12 +13,17 @@ import json
 import secrets
 from dataclasses import dataclass
 
-from govrag.audit.events import PinAttempt, PinnedRetrieval, PinViolationEvent, write
+from govrag.audit.events import (
+    PinAttempt,
+    PinnedRetrieval,
+    PinViolationEvent,
+    RoutePinned,
+    write,
+)
 from govrag.audit.trail import recorded
 from govrag.errors import InputError, NotFoundError
 from govrag.routes.config import DeploymentConfig
 from govrag.routes.models import Route
-from govrag.store.audit import canonical
 from govrag.store.protocol import KnowledgeStore
 from govrag.types import Principal, Retrieval
 
@@ -93,16 +98,13 @@ class Sessions:
             self.config, route_id=route_id, intent=intent, default_route=self.default_route
         )
         session_id = f"ses-{secrets.token_hex(8)}"
-        retrieval = route.retrieval.model_dump(mode="json")
-        self.store.create_session(
-            principal.tenant,
-            session_id,
+        pin = RoutePinned(
             sub=principal.sub,
             route_id=route.route_id,
-            retrieval_json=canonical(retrieval),
+            retrieval=PinnedRetrieval(mode=route.retrieval.mode, scope=route.retrieval.scope),
             route_table_version=self.config.route_table_version,
-            request_id=request_id,
         )
+        self.store.create_session(principal.tenant, session_id, pin, request_id=request_id)
         return Session(session_id, principal, route.route_id, route.retrieval,
                        self.config.route_table_version)  # fmt: skip
 

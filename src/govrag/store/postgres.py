@@ -1,9 +1,8 @@
 """The PostgreSQL truth store (psycopg 3 + pgvector): for deployments past one machine.
 
-A facade: it opens a :class:`~govrag.store.pg_database.PgDatabase` (a pool, migrated on
-open), composes the store's repositories over it (``compose.py``), the same SQL as SQLite's,
-so both backends hold the same truth and give the same keyword results, and delegates each
-public member to the repository that owns it. Each govrag process keeps its own tantivy
+The store's facade (``facade.py``) over a :class:`~govrag.store.pg_database.PgDatabase` (a
+pool, migrated on open): the same repositories and SQL as SQLite's, so both backends hold the
+same truth and give the same keyword results. Each govrag process keeps its own tantivy
 index per tenant and applies the PostgreSQL outbox before it searches. What is PostgreSQL's
 own is the vector leg, in the database (``pg_vectors.py``), which lets the hidden-item
 marker rank on another thread while the caller's vector leg runs on the server.
@@ -13,30 +12,20 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Sequence
-from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from govrag.embed.base import Embedder
-from govrag.settings import CurationSettings, SearchSettings
-from govrag.store.audit import AuditChain, AuditEvent, AuditObserver, ChainReport
-from govrag.store.compose import compose
-from govrag.store.curation import CurationReport
-from govrag.store.dialect import POSTGRES
+from govrag.settings import SearchSettings
+from govrag.store.facade import Store
 from govrag.store.pg_database import PgDatabase, describe_server
 from govrag.store.pg_vectors import PgVectors
-from govrag.store.records import DocumentWrite, IndexReport, StoredHashes
-from govrag.store.search import SearchBackend, SearchConfig
-from govrag.store.sessions import SessionRow
-from govrag.types import Principal, SearchRequest, SearchResult
+from govrag.store.search import SearchConfig
 
 
-class PostgresStore:
+class PostgresStore(Store):
     """Knowledge store on a PostgreSQL database with pgvector >= 0.8."""
 
     backend = "postgres"
-    dialect = POSTGRES
 
     def __init__(
         self,
@@ -49,212 +38,18 @@ class PostgresStore:
         embedder: Embedder | None = None,
         search: SearchSettings | None = None,
     ) -> None:
-        self._config = SearchConfig(search or SearchSettings(), embedder)
-        #: Where this process keeps its derived lexical indexes of this database.
-        self.index_dir = index_root(index_dir, url)
-        self._db = PgDatabase(
+        config = SearchConfig(search or SearchSettings(), embedder)
+        db = PgDatabase(
             url, admin_url=admin_url, app_role=app_role, pool_size=pool_size,
             vector_dims=() if embedder is None else (embedder.dim,),
         )  # fmt: skip
-        self.url, self.admin_url, self.where = self._db.url, self._db.admin_url, self._db.where
-        self._vectors = PgVectors(self._db, self._config)
-        # The derived indexes are this process's own: a lock of their own serialises them.
-        self._parts = compose(
-            self._db, self._vectors, self._config,
-            lock=threading.RLock(), index_dir=self.index_dir, concurrent_marker=True,
+        self.url, self.admin_url, self.where = db.url, db.admin_url, db.where
+        # The derived indexes are this process's own: a lock of their own serialises them,
+        # in a folder per server and database.
+        super().__init__(
+            db, PgVectors(db, config), config,
+            lock=threading.RLock(), index_dir=index_root(index_dir, url), concurrent_marker=True,
         )  # fmt: skip
-
-    @property
-    def embedder(self) -> Embedder | None:
-        """Embeds queries for the vector leg; ingest embeds documents with the same model."""
-        return self._config.embedder
-
-    @embedder.setter
-    def embedder(self, embedder: Embedder | None) -> None:
-        self._config.embedder = embedder
-
-    @property
-    def search_settings(self) -> SearchSettings:
-        """Read by every search (fusion depths, marker, vector paths)."""
-        return self._config.settings
-
-    @search_settings.setter
-    def search_settings(self, settings: SearchSettings) -> None:
-        self._config.settings = settings
-
-    def close(self) -> None:
-        self._db.close()
-
-    def _search_backend(self) -> SearchBackend:
-        """The search primitives, white-box (tests, benchmarks): see :class:`SearchBackend`."""
-        return self._parts.primitives.backend()
-
-    # -- governed reads (GovernedReads) -----------------------------------------------------
-    def search(self, principal: Principal, request: SearchRequest) -> SearchResult:
-        return self._parts.reads.search(principal, request)
-
-    def readable_documents(
-        self, principal: Principal, source_system: str, external_ids: Sequence[str]
-    ) -> set[str]:
-        return self._parts.reads.readable_documents(principal, source_system, external_ids)
-
-    def readable_corpus(
-        self, principal: Principal, source_system: str, external_id: str
-    ) -> str | None:
-        return self._parts.reads.readable_corpus(principal, source_system, external_id)
-
-    def is_empty_for(self, principal: Principal, corpora: Sequence[str]) -> bool:
-        return self._parts.reads.is_empty_for(principal, corpora)
-
-    def generation(self, tenant: str) -> tuple[int, int]:
-        return self._parts.reads.generation(tenant)
-
-    def acl_epoch(self, tenant: str) -> int:
-        return self._parts.reads.acl_epoch(tenant)
-
-    # -- identities and groups (IngestWrites) -----------------------------------------------
-    def put_identity(
-        self,
-        tenant: str,
-        email: str,
-        source_system: str,
-        account_id: str,
-        *,
-        previous_email: str | None = None,
-    ) -> bool:
-        return self._parts.identities.put_identity(
-            tenant, email, source_system, account_id, previous_email=previous_email
-        )
-
-    def remove_identity(self, tenant: str, email: str, source_system: str, account_id: str) -> bool:
-        return self._parts.identities.remove_identity(tenant, email, source_system, account_id)
-
-    def account_owner(self, tenant: str, source_system: str, account_id: str) -> str | None:
-        return self._parts.identities.account_owner(tenant, source_system, account_id)
-
-    def put_group(
-        self, tenant: str, source_system: str, group_id: str, members: Sequence[str]
-    ) -> bool:
-        return self._parts.identities.put_group(tenant, source_system, group_id, members)
-
-    def source_accounts(self, tenant: str, email: str, source_system: str) -> list[str]:
-        return self._parts.identities.source_accounts(tenant, email, source_system)
-
-    # -- documents and ACLs (IngestWrites, StoreAdmin.drop_tenant) --------------------------
-    def stored_hashes(
-        self, tenant: str, keys: Sequence[tuple[str, str]]
-    ) -> dict[tuple[str, str], StoredHashes]:
-        return self._parts.documents.stored_hashes(tenant, keys)
-
-    def put_document(self, tenant: str, doc: DocumentWrite) -> str:
-        return self._parts.documents.put_document(tenant, doc)
-
-    def delete_document(self, tenant: str, source_system: str, external_id: str) -> bool:
-        return self._parts.documents.delete_document(tenant, source_system, external_id)
-
-    def drop_tenant(self, tenant: str) -> int:
-        return self._parts.documents.drop_tenant(tenant)
-
-    # -- audit (AuditLog) -------------------------------------------------------------------
-    def append_audit(
-        self,
-        tenant: str,
-        kind: str,
-        payload: dict[str, Any],
-        *,
-        request_id: str,
-        session_id: str,
-    ) -> AuditEvent:
-        return self._parts.audit.append_audit(
-            tenant, kind, payload, request_id=request_id, session_id=session_id
-        )
-
-    def audit_events(self, tenant: str, *, request_id: str | None = None) -> list[AuditEvent]:
-        return self._parts.audit.audit_events(tenant, request_id=request_id)
-
-    def audit_session_pinned(self, tenant: str, session_id: str) -> AuditEvent | None:
-        return self._parts.audit.audit_session_pinned(tenant, session_id)
-
-    def audit_chain(self, tenant: str) -> AuditChain:
-        return self._parts.audit.audit_chain(tenant)
-
-    def verify_audit(self, tenant: str) -> ChainReport:
-        return self._parts.audit.verify_audit(tenant)
-
-    def audit_tenants(self) -> list[str]:
-        return self._parts.audit.audit_tenants()
-
-    def observe_audit(self, observer: AuditObserver) -> None:
-        self._parts.audit.observe_audit(observer)
-
-    # -- sessions (SessionStore) ------------------------------------------------------------
-    def create_session(
-        self,
-        tenant: str,
-        session_id: str,
-        *,
-        sub: str,
-        route_id: str,
-        retrieval_json: str,
-        route_table_version: str,
-        request_id: str,
-    ) -> tuple[SessionRow, AuditEvent]:
-        return self._parts.sessions.create_session(
-            tenant, session_id, sub=sub, route_id=route_id, retrieval_json=retrieval_json,
-            route_table_version=route_table_version, request_id=request_id,
-        )  # fmt: skip
-
-    def get_session(self, tenant: str, session_id: str) -> SessionRow | None:
-        return self._parts.sessions.get_session(tenant, session_id)
-
-    # -- access and curation (AccessLedger) -------------------------------------------------
-    def record_access(
-        self, tenant: str, documents: Sequence[tuple[str, str]], *, kind: str = "answer"
-    ) -> None:
-        self._parts.ledger.record_access(tenant, documents, kind=kind)
-
-    def access_counts(self, tenant: str) -> dict[str, int]:
-        return self._parts.ledger.access_counts(tenant)
-
-    def consume_marker(self, tenant: str, email: str, *, window: int, budget: int) -> int | None:
-        return self._parts.ledger.consume_marker(tenant, email, window=window, budget=budget)
-
-    def curate(
-        self, tenant: str, settings: CurationSettings | None = None, *, now: datetime | None = None
-    ) -> CurationReport:
-        return self._parts.ledger.curate(tenant, settings, now=now)
-
-    # -- tenants, corpora, counts, incidents (StoreAdmin) -----------------------------------
-    def tenants(self) -> list[str]:
-        return self._parts.catalogue.tenants()
-
-    def list_corpora(self, tenant: str) -> list[tuple[str, str]]:
-        return self._parts.catalogue.list_corpora(tenant)
-
-    def describe_corpus(self, tenant: str, corpus: str, description: str) -> None:
-        self._parts.catalogue.describe_corpus(tenant, corpus, description)
-
-    def is_empty(self, tenant: str) -> bool:
-        return self._parts.catalogue.is_empty(tenant)
-
-    def stats(self, tenant: str) -> dict[str, int]:
-        return self._parts.catalogue.stats(tenant)
-
-    def incidents(self, tenant: str) -> list[tuple[str, dict[str, object]]]:
-        return self._parts.catalogue.incidents(tenant)
-
-    def record_incident(self, tenant: str, kind: str, detail: dict[str, object]) -> None:
-        self._parts.catalogue.record_incident(tenant, kind, detail)
-
-    # -- derived indexes (StoreAdmin) -------------------------------------------------------
-    def sync_indexes(self, tenant: str, *, vectors: bool = True) -> None:
-        self._parts.indexes.sync_indexes(tenant, vectors=vectors)
-
-    def verify_index(self, tenant: str) -> IndexReport:
-        return self._parts.indexes.verify_index(tenant)
-
-    def rebuild_index(self, tenant: str) -> int:
-        return self._parts.indexes.rebuild_index(tenant)
 
 
 def index_root(index_dir: Path | None, url: str) -> Path | None:

@@ -16,7 +16,7 @@ from govrag.settings import CurationSettings, SearchSettings
 from govrag.store.audit import AuditChain, AuditEvent, AuditObserver, ChainReport
 from govrag.store.curation import CurationReport
 from govrag.store.records import DocumentWrite, IndexReport, StoredHashes
-from govrag.store.sessions import SessionRow
+from govrag.store.sessions import PinRecord, SessionRow
 from govrag.types import Principal, SearchRequest, SearchResult
 
 
@@ -97,15 +97,7 @@ class SessionStore(Protocol):
     """Sessions and the route each pins."""
 
     def create_session(
-        self,
-        tenant: str,
-        session_id: str,
-        *,
-        sub: str,
-        route_id: str,
-        retrieval_json: str,
-        route_table_version: str,
-        request_id: str,
+        self, tenant: str, session_id: str, pin: PinRecord, *, request_id: str
     ) -> tuple[SessionRow, AuditEvent]: ...
     def get_session(self, tenant: str, session_id: str) -> SessionRow | None: ...
 

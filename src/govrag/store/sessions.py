@@ -7,11 +7,11 @@ audit repository it is given, inside its own audit transaction.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from govrag.errors import InputError
-from govrag.store.audit import AuditEvent, AuditRepository
+from govrag.store.audit import AuditEvent, AuditRepository, canonical
 from govrag.store.clock import now_iso
 from govrag.store.database import Database, ensure_tenant
 
@@ -28,6 +28,22 @@ class SessionRow:
     created_at: str
 
 
+class PinRecord(Protocol):
+    """The ``route_pinned`` audit event as the session manager builds it: the typed model of
+    ``govrag.audit.events`` (which the store sits below). The session row is read from the
+    same event, so row and audit record cannot disagree."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def sub(self) -> str: ...
+    @property
+    def route_id(self) -> str: ...
+    @property
+    def route_table_version(self) -> str: ...
+    def payload(self) -> dict[str, Any]: ...
+
+
 class SessionRepository:
     """Pinned sessions of each tenant."""
 
@@ -36,20 +52,16 @@ class SessionRepository:
         self._audit = audit
 
     def create_session(
-        self,
-        tenant: str,
-        session_id: str,
-        *,
-        sub: str,
-        route_id: str,
-        retrieval_json: str,
-        route_table_version: str,
-        request_id: str,
+        self, tenant: str, session_id: str, pin: PinRecord, *, request_id: str
     ) -> tuple[SessionRow, AuditEvent]:
-        """Pin a session and audit it (``route_pinned``) in one durable transaction; a
-        session id is used once (a second pin is refused)."""
-        row = SessionRow(tenant, session_id, sub, route_id, retrieval_json,
-                         route_table_version, now_iso())  # fmt: skip
+        """Pin a session and audit it (``pin``, a ``route_pinned`` event) in one durable
+        transaction; a session id is used once (a second pin is refused)."""
+        if pin.kind != "route_pinned":
+            raise ValueError(f"a session is pinned by a route_pinned event, not {pin.kind!r}")
+        payload = pin.payload()
+        row = SessionRow(tenant, session_id, pin.sub, pin.route_id,
+                         canonical(payload.get("retrieval", {})), pin.route_table_version,
+                         now_iso())  # fmt: skip
         with self._db.audit_tx(tenant) as conn:
             ensure_tenant(conn, self._db.dialect, tenant)
             taken = conn.execute(
@@ -61,13 +73,11 @@ class SessionRepository:
             conn.execute(
                 "INSERT INTO sessions(tenant_id, session_id, sub, route_id, retrieval, "
                 "route_table_version, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (tenant, session_id, sub, route_id, retrieval_json, route_table_version,
-                 row.created_at),
+                (tenant, session_id, row.sub, row.route_id, row.retrieval_json,
+                 row.route_table_version, row.created_at),
             )  # fmt: skip
-            pinned = {"sub": sub, "route_id": route_id, "retrieval": json.loads(retrieval_json),
-                      "route_table_version": route_table_version}  # fmt: skip
             event = self._audit.append_event(
-                conn, tenant, "route_pinned", pinned, request_id, session_id
+                conn, tenant, pin.kind, payload, request_id, session_id
             )
         self._audit.announce(event)
         return row, event
