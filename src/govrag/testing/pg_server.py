@@ -304,12 +304,9 @@ class PgServer:
             "unix_socket_directories": "",
             "max_connections": "50",
             "shared_buffers": "128MB",
-            # Commits are written to the WAL before they return (synchronous_commit), so a
-            # server stopped "immediate" or killed brings every committed row back in crash
-            # recovery, which fault tests check. fsync only guards against the machine itself
-            # losing power, which no test simulates; off, it saves a third of the PostgreSQL
-            # tests' time (CREATE DATABASE ... TEMPLATE and every commit wait on the disk).
-            "fsync": "off",
+            # Durability stays on: fault tests stop the server "immediate" and expect every
+            # committed row back after crash recovery.
+            "fsync": "on",
             "synchronous_commit": "on",
             "full_page_writes": "on",
             "timezone": "UTC",
