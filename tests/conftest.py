@@ -366,17 +366,23 @@ def scripted(replies: list[dict[str, Any]]) -> tuple[OpenAIChatClient, list[dict
 #: files first balances the workers (and changes no test).
 LONGEST_FILES = (
     "tests/store/test_search.py",
-    "tests/test_cli.py",
     "tests/store/test_postgres.py",
+    "tests/test_cli.py",
     "tests/store/test_acl_properties.py",
     "tests/attacks/test_hostile_config.py",
-    "tests/harvest/test_crash.py",
-    "tests/store/test_derived_index.py",
     "tests/attacks/test_noninterference.py",
     "tests/store/test_pg_vector_access.py",
+    "tests/harvest/test_crash.py",
+    "tests/store/test_derived_index.py",
+    "tests/attacks/test_cache_poisoning.py",
+    "tests/test_testing.py",
     "tests/gateway/test_cache_properties.py",
+    "tests/agent/test_retrieve.py",
     "tests/harvest/test_cli_sources.py",
+    "tests/attacks/test_marker_oracle.py",
     "tests/embed/test_onnx_query.py",
+    "tests/store/test_equivalence.py",
+    "tests/attacks/test_review_a1.py",
 )
 
 
