@@ -35,6 +35,8 @@ LEVELS = {
     "deployfile": 2,
     "settings": 3, "problems": 3,
     "embed": 4,
+    # Bearer tokens into Principals: beside the embedder, above the settings it reads.
+    "auth": 4,
     "store": 5,
     # Off the hot path (harvest) and beside the store (audit log, write-back store).
     "harvest": 6, "audit": 6,
@@ -74,6 +76,9 @@ RULES = [
     ("embed", ("store", "harvest", "policy", "gateway", "agent", "routes", "server", "cli",
                "app", "testing")),
     ("testing", ("server", "cli")),
+    # Identity checks need nothing of the request path.
+    ("auth", ("store", "harvest", "policy", "gateway", "agent", "routes", "server", "cli",
+              "app", "testing", "embed")),
     # Does not exist yet: HTTP and MCP are adapters over the application API.
     ("server", ("cli", "testing")),
 ]  # fmt: skip

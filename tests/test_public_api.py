@@ -17,11 +17,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: Changing this list is changing the public API: do it on purpose, with the docs.
 PUBLIC = {
-    "AdmissionGate", "AdmissionResult", "Answer", "Citation", "Classification", "ConfigCheck",
+    "AdmissionGate", "AdmissionResult", "Answer", "AuthError", "Citation", "Classification",
+    "ConfigCheck",
     "ConfigError", "GovernedResult", "Govrag", "GovragError", "HiddenMarker", "IngestError",
     "IngestOutcome", "InputError", "LlmError", "MetadataFilter", "MissingExtraError",
     "NotFoundError", "Principal", "Replay", "RetrievalScope", "SearchHit", "SearchRequest",
-    "SearchResult", "SessionInfo", "SourceStatus", "StoreError", "Strategy", "WriteBackCandidate",
+    "SearchResult", "SessionInfo", "SourceStatus", "StoreError", "Strategy", "VerifiedToken",
+    "WriteBackCandidate",
     "__version__", "evaluate_beir", "init", "local_principal", "open",
 }  # fmt: skip
 
@@ -29,7 +31,8 @@ PUBLIC = {
 USE_CASES = {
     "ingest", "sources", "search", "ask", "open_session", "session", "click",
     "writeback_admit", "replay", "audit_verify", "audit_checkpoint", "audit_keygen", "curate",
-    "index_verify", "index_rebuild", "config_check", "evaluate_beir",
+    "index_verify", "index_rebuild", "config_check", "evaluate_beir", "verify_token",
+    "dev_token",
 }  # fmt: skip
 
 

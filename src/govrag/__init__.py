@@ -22,6 +22,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from govrag.errors import (
+    AuthError,
     ConfigError,
     GovragError,
     IngestError,
@@ -40,6 +41,7 @@ from govrag.types import (
     SearchRequest,
     SearchResult,
     Strategy,
+    VerifiedToken,
 )
 
 if TYPE_CHECKING:
@@ -105,6 +107,7 @@ __all__ = [
     "AdmissionGate",
     "AdmissionResult",
     "Answer",
+    "AuthError",
     "Citation",
     "Classification",
     "ConfigCheck",
@@ -130,6 +133,7 @@ __all__ = [
     "SourceStatus",
     "StoreError",
     "Strategy",
+    "VerifiedToken",
     "WriteBackCandidate",
     "__version__",
     "evaluate_beir",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -52,6 +52,9 @@ from govrag.store import KnowledgeStore, location_problems, open_store
 from govrag.types import Principal
 from govrag.validation import Validator
 from govrag.writeback import ControlledWriteBackStore
+
+if TYPE_CHECKING:
+    from govrag.auth import TokenVerifier
 
 
 class PrincipalsFile(BaseModel):
@@ -263,6 +266,15 @@ class Deployment:
         """Sessions on this deployment's routes, pinned at start."""
         config = self.config  # first: a broken config is refused before the store is created
         return Sessions(self.store, config, default_route=self.settings.default_route)
+
+    @cached_property
+    def tokens(self) -> TokenVerifier:
+        """Bearer-token verification from ``[auth]`` (extra ``server``); with
+        ``dev_tokens`` also the development key, generated on first use."""
+        from govrag.auth import TokenVerifier, dev_key
+
+        dev = [dev_key(self.settings, create=True)] if self.settings.auth.dev_tokens else []
+        return TokenVerifier(self.settings, dev_keys=dev)
 
     @cached_property
     def llm(self) -> LlmClient:

@@ -96,6 +96,28 @@ class NotFoundError(InputError):
     """A named thing (principal, corpus, tenant, deployment) does not exist."""
 
 
+#: Why a bearer token was refused: for logs and tests only. The caller is told
+#: :data:`TOKEN_REFUSED` whatever the reason, so a refusal teaches an attacker nothing.
+TokenFault = Literal[
+    "missing", "malformed", "alg_not_allowed", "unknown_key", "bad_signature", "expired",
+    "not_yet_valid", "wrong_audience", "wrong_issuer", "bad_claims", "tenant_not_served",
+    "no_keys",
+]  # fmt: skip
+TOKEN_REFUSED = "invalid or missing bearer token"
+
+
+class AuthError(GovragError):
+    """A bearer token was refused. ``str()`` is always :data:`TOKEN_REFUSED`; ``fault`` and
+    ``detail`` say why, for the server's log (never for the caller)."""
+
+    exit_code = 6
+
+    def __init__(self, fault: TokenFault, detail: str = "") -> None:
+        super().__init__(TOKEN_REFUSED)
+        self.fault: TokenFault = fault
+        self.detail = detail
+
+
 class MissingExtraError(GovragError):
     """An optional dependency is not installed; the message names the extra to install."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import unicodedata
+from datetime import datetime
 from enum import IntEnum, StrEnum
 from typing import Annotated, Literal
 
@@ -165,6 +166,17 @@ class Principal(Frozen):
         if "@" not in value:
             raise ValueError(f"email {value!r} has no '@'; give the principal's email address")
         return value.casefold()
+
+
+class VerifiedToken(Frozen):
+    """What a verified bearer token says about its caller (``Govrag.verify_token``)."""
+
+    principal: Principal
+    #: When the token stops being valid (its ``exp``): a session must not outlive it.
+    expires_at: datetime
+    issuer: str
+    #: The key that verified it (``None``: a key configured without ``kid``).
+    kid: str | None = None
 
 
 MetaKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}$")]

@@ -29,10 +29,10 @@ from govrag.app.ingest import (
     run_ingest,
 )
 from govrag.deployment import Deployment, check_deployment, load_principals, lookup_principal
-from govrag.errors import InputError, NotFoundError
+from govrag.errors import AuthError, ConfigError, InputError, NotFoundError
 from govrag.harvest.sources import SourceStatus, list_sources
 from govrag.settings import Settings, load_settings
-from govrag.types import MetadataFilter, Principal, Strategy
+from govrag.types import MetadataFilter, Principal, Strategy, VerifiedToken
 
 if TYPE_CHECKING:
     from govrag.agent.answer import Answer
@@ -99,6 +99,30 @@ class Govrag:
     def settings(self) -> Settings:
         """The deployment's settings (``govrag.toml``, environment, overrides)."""
         return self._dep.settings
+
+    # -- who is calling ----------------------------------------------------------------------
+
+    def verify_token(self, token: str | None) -> VerifiedToken:
+        """The verified claims of a bearer token (``[auth]``; extra ``server``). Any refusal
+        is an :class:`AuthError` whose message is the same fixed line (``fault`` says why,
+        for the log); identity never comes from anywhere else on a served deployment."""
+        return self._dep.tokens.verify(token)
+
+    def dev_token(self, sub: str) -> str:
+        """A development bearer token for the entry ``sub`` of ``principals.json`` (only with
+        ``[auth] dev_tokens = true``; ``govrag token --as SUB``)."""
+        from govrag.auth import sign_dev_token
+
+        signed = sign_dev_token(self.settings, local_principal(self.settings, sub))
+        try:
+            # Verified as a server would: a token the deployment's own settings refuse (an
+            # unserved tenant, claims that make no principal) is never handed out.
+            self.verify_token(signed)
+        except AuthError as exc:
+            raise ConfigError(f"the development token for {sub!r} would be refused "
+                              f"({exc.fault}: {exc.detail}); check [auth] tenants and "
+                              "[auth.claims] against principals.json") from exc  # fmt: skip
+        return signed
 
     # -- getting documents in ---------------------------------------------------------------
 

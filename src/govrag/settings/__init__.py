@@ -8,6 +8,7 @@ they are read from (:mod:`~govrag.settings.sources`) and the settings object its
 never shows a password.
 """
 
+from govrag.settings.auth import AuthKey, AuthSettings, ClaimMap
 from govrag.settings.model import (
     ARGUMENTS,
     DEPLOYMENT_ENV,
@@ -48,6 +49,9 @@ __all__ = [
     "ENVIRONMENT",
     "PRINCIPALS_FILE",
     "AuditSettings",
+    "AuthKey",
+    "AuthSettings",
+    "ClaimMap",
     "CorpusSettings",
     "CurationSettings",
     "EmbedderSettings",

@@ -28,6 +28,7 @@ from pydantic_settings import (
 
 from govrag import deployfile
 from govrag.errors import ConfigError, describe_validation
+from govrag.settings.auth import AuthSettings
 from govrag.settings.request import (
     AuditSettings,
     GatewaySettings,
@@ -92,6 +93,7 @@ class Settings(BaseSettings):
     sources: dict[str, SourceSettings] = {}
     curation: CurationSettings = CurationSettings()
     audit: AuditSettings = AuditSettings()
+    auth: AuthSettings = AuthSettings()
 
     @field_validator("sources")
     @classmethod

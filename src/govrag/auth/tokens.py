@@ -1,0 +1,168 @@
+"""Bearer tokens in, verified claims out: the only way a served caller gets a Principal.
+
+:meth:`TokenVerifier.verify` takes the token as the caller sent it and either returns a
+:class:`VerifiedToken` (the :class:`~govrag.types.Principal`, and when the token expires) or
+raises :class:`~govrag.errors.AuthError`, whose text is the same fixed line for every reason
+(the reason is on the exception, for the server's log). It refuses, in this order:
+
+1. anything that is not three base64url segments with a JSON header (``malformed``);
+2. a header whose ``alg`` is not the one the chosen key pins (``alg_not_allowed``: this is
+   where ``alg: none`` and the HS/RS confusion stop), or a ``kid`` no key has (``unknown_key``);
+3. a bad signature, then ``exp`` / ``nbf`` / ``iat`` outside the leeway, a wrong ``aud``, a
+   wrong ``iss`` (PyJWT checks these with the pinned algorithm only);
+4. claims that do not make a Principal (no ``sub`` or ``email``, a list that is not strings)
+   or that name a tenant this deployment does not serve (``tenant_not_served``).
+
+Keys come from :mod:`govrag.auth.keys`; the development keys of ``govrag token`` from
+:mod:`govrag.auth.dev` when ``[auth] dev_tokens`` is on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import jwt
+from pydantic import ValidationError
+
+from govrag.auth.keys import JwksFile, VerifyingKey, configured_keys
+from govrag.errors import AuthError, ConfigError
+from govrag.settings import ClaimMap, Settings
+from govrag.types import Principal, VerifiedToken
+
+#: Claims every token must carry (PyJWT refuses a token without them).
+REQUIRED_CLAIMS = ("exp", "iat", "sub", "aud", "iss")
+#: Longer tokens are refused unread: no real JWT is near this size.
+MAX_TOKEN_CHARS = 16_384
+
+
+class TokenVerifier:
+    """Verifies bearer tokens against the deployment's ``[auth]`` settings."""
+
+    def __init__(self, settings: Settings, *, dev_keys: Sequence[VerifyingKey] = ()) -> None:
+        auth = settings.auth
+        self._static = configured_keys(settings) + list(dev_keys)
+        self._jwks = JwksFile(settings.resolve_path(auth.jwks_file)) if auth.jwks_file else None
+        if not self._static and self._jwks is None:
+            raise ConfigError("no key to verify bearer tokens with: set [auth] keys or "
+                              "[auth] jwks_file (or [auth] dev_tokens = true for local "
+                              "development)")  # fmt: skip
+        if auth.issuer is None and (auth.keys or auth.jwks_file):
+            raise ConfigError("[auth] issuer is not set: name the identity provider whose "
+                              "tokens govrag accepts (the 'iss' claim)")  # fmt: skip
+        self._issuer = auth.issuer
+        self._audience = auth.audience
+        self._leeway = auth.leeway_s
+        self._claims = auth.claims
+        self._tenants = frozenset(auth.tenants or [settings.default_tenant])
+        self._default_tenant = settings.default_tenant
+
+    def keys(self) -> list[VerifyingKey]:
+        return self._static + (self._jwks.keys() if self._jwks else [])
+
+    def verify(self, token: str | None) -> VerifiedToken:
+        """The caller's verified claims, or :class:`AuthError` (module docstring)."""
+        if not token:
+            raise AuthError("missing", "no bearer token")
+        if len(token) > MAX_TOKEN_CHARS or token.count(".") != 2:
+            raise AuthError("malformed", "not a compact JWS")
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.DecodeError as exc:
+            raise AuthError("malformed", str(exc)) from exc
+        key = self._key_for(header)
+        try:
+            claims = jwt.decode(
+                token, key.key, algorithms=[key.alg], audience=self._audience,
+                issuer=key.issuer or self._issuer, leeway=self._leeway,
+                options={"require": list(REQUIRED_CLAIMS), "verify_signature": True},
+            )  # fmt: skip
+        except jwt.InvalidTokenError as exc:
+            raise AuthError(_fault(exc), f"{type(exc).__name__}: {exc}") from exc
+        principal = self._principal(claims)
+        return VerifiedToken(
+            principal=principal,
+            issuer=str(claims["iss"]),
+            kid=key.kid,
+            expires_at=datetime.fromtimestamp(int(claims["exp"]), UTC),
+        )
+
+    def _key_for(self, header: dict[str, Any]) -> VerifyingKey:
+        alg, kid = header.get("alg"), header.get("kid")
+        keys = self.keys()
+        if not keys:
+            raise AuthError("no_keys", "no key loaded (see the log about the JWKS file)")
+        if kid is not None:
+            named = [k for k in keys if k.kid == kid]
+            if not named:
+                raise AuthError("unknown_key", f"kid {str(kid)[:80]!r}")
+            candidates = named
+        else:
+            # Only a key configured without a kid verifies a token without one, and only
+            # when it is the one such key: a token is never tried against several keys.
+            candidates = [k for k in keys if k.kid is None]
+            if len(candidates) != 1:
+                raise AuthError("unknown_key", "no kid, and no single key without one")
+        for key in candidates:
+            if key.alg == alg:
+                return key
+        pinned = candidates[0].alg
+        raise AuthError("alg_not_allowed", f"alg {str(alg)[:20]!r}; the key pins {pinned}")
+
+    def _principal(self, claims: dict[str, Any]) -> Principal:
+        m: ClaimMap = self._claims
+        tenant = _claim(claims, m.tenant)
+        if tenant is None:
+            tenant = self._default_tenant
+        if not isinstance(tenant, str) or tenant not in self._tenants:
+            raise AuthError("tenant_not_served", f"tenant {str(tenant)[:80]!r}")
+        values: dict[str, Any] = {"sub": _claim(claims, m.sub), "email": _claim(claims, m.email),
+                                  "tenant": tenant}  # fmt: skip
+        for field, name in (("roles", m.roles), ("doc_entitlements", m.doc_entitlements)):
+            value = _claim(claims, name)
+            if value is not None:
+                values[field] = _string_list(value, name)
+        clearance = _claim(claims, m.clearance)
+        if clearance is not None:
+            values["clearance"] = clearance
+        try:
+            return Principal.model_validate(values)
+        except ValidationError as exc:
+            fields = ", ".join(str(e["loc"][0]) for e in exc.errors() if e["loc"])
+            raise AuthError("bad_claims", f"claims do not make a principal ({fields})") from exc
+
+
+def _claim(claims: dict[str, Any], name: str) -> Any:
+    """``claims[name]``, following a dotted name into objects; ``None`` when absent."""
+    value: Any = claims
+    for part in name.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def _string_list(value: Any, name: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return tuple(value.split())
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise AuthError("bad_claims", f"claim {name!r} is not a list of strings")
+
+
+def _fault(exc: jwt.InvalidTokenError) -> Any:
+    """The :data:`~govrag.errors.TokenFault` of a PyJWT refusal."""
+    faults: list[tuple[type[Exception], str]] = [
+        (jwt.ExpiredSignatureError, "expired"), (jwt.ImmatureSignatureError, "not_yet_valid"),
+        (jwt.InvalidAudienceError, "wrong_audience"), (jwt.InvalidIssuerError, "wrong_issuer"),
+        (jwt.InvalidSignatureError, "bad_signature"),
+        (jwt.InvalidAlgorithmError, "alg_not_allowed"),
+        (jwt.MissingRequiredClaimError, "bad_claims"),
+        (jwt.InvalidIssuedAtError, "not_yet_valid"),
+        (jwt.DecodeError, "malformed"),
+    ]  # fmt: skip
+    for cls, fault in faults:
+        if isinstance(exc, cls):
+            return fault
+    return "malformed"
