@@ -6,12 +6,19 @@ issuer :data:`DEV_ISSUER` and the key id ``govrag-dev``: the verifier accepts th
 that key only, so a development token can never pass for one of the identity provider's, nor
 one of the provider's keys sign a development token. ``govrag serve`` refuses to listen beyond
 loopback while development tokens are on.
+
+Whoever reads the secret can sign a token for any principal, and the loopback server answers
+every local user; so the secret is refused (not read) when it is a symbolic link, not a
+regular file, or open to the group or other users, as ssh refuses an unprotected key.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import secrets
+import stat
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -35,17 +42,36 @@ def dev_key(settings: Settings, *, create: bool) -> VerifyingKey:
         raise ConfigError("development tokens are off: set [auth] dev_tokens = true in "
                           "govrag.toml (local development only)")  # fmt: skip
     path = settings.resolve_path(SECRET_FILE)
-    if not path.exists() and create:
-        _write_secret(path)
-    try:
-        secret = path.read_bytes().strip()
-    except OSError as exc:
-        raise ConfigError(f"cannot read the development token secret {path}: {exc.strerror}; "
-                          "run `govrag token --as SUB` once to create it") from exc  # fmt: skip
+    if create:
+        # Already there (or a link there: refused just below).
+        with contextlib.suppress(FileExistsError):
+            _write_secret(path)
+    secret = _read_secret(path)
     if len(secret) < MIN_SECRET_BYTES:
         raise ConfigError(f"{path} holds fewer than {MIN_SECRET_BYTES} bytes; delete it and "
                           "run `govrag token --as SUB` to create a new one")  # fmt: skip
     return VerifyingKey(DEV_KID, DEV_ALG, secret, str(path), issuer=DEV_ISSUER)
+
+
+def _read_secret(path: Path) -> bytes:
+    fix = "delete it and run `govrag token --as SUB` to create a new one"
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ConfigError(f"the development token secret {path} is a symbolic link; "
+                              f"{fix}") from exc  # fmt: skip
+        raise ConfigError(f"cannot read the development token secret {path}: {exc.strerror}; "
+                          "run `govrag token --as SUB` once to create it") from exc  # fmt: skip
+    with os.fdopen(fd, "rb") as fh:
+        mode = os.fstat(fh.fileno()).st_mode
+        if not stat.S_ISREG(mode):
+            raise ConfigError(f"the development token secret {path} is not a file; {fix}")
+        if os.name == "posix" and mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise ConfigError(f"the development token secret {path} is open to other users "
+                              f"(mode {stat.S_IMODE(mode):o}): anyone who reads it can sign "
+                              f"a token as anyone; run: chmod 600 {path}")  # fmt: skip
+        return fh.read().strip()
 
 
 def _write_secret(path: Path) -> None:

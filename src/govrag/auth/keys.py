@@ -2,9 +2,11 @@
 
 A key comes from ``[auth] keys`` (a shared secret read from the environment variable the
 settings name, or a PEM public key file) or from the ``[auth] jwks_file`` key set. The set is
-re-read when the file changes (its size or modification time), so an operator rotates keys by
-replacing the file; a file that stops parsing keeps no key at all (every token is refused until
-it is fixed: failing closed beats verifying against keys nobody can vouch for).
+re-read when the file changes (its inode, size, modification or change time: ``cp -p`` or
+``rsync -a`` can give a same-sized replacement the old modification time, never the old
+change time), so an operator rotates keys by replacing the file; a file that stops parsing
+keeps no key at all (every token is refused until it is fixed: failing closed beats
+verifying against keys nobody can vouch for).
 
 Every key carries the one algorithm it verifies. The verifier passes only that algorithm to
 PyJWT, so ``alg: none``, or an HMAC token "signed" with an RSA public key (the HS/RS confusion),
@@ -23,7 +25,7 @@ from typing import Any
 
 from govrag.errors import ConfigError, MissingExtraError
 from govrag.settings import AuthKey, Settings
-from govrag.settings.auth import HMAC_ALGS
+from govrag.settings.auth import HMAC_ALGS, PUBLIC_KEY_ALGS
 
 log = logging.getLogger("govrag.auth")
 
@@ -87,47 +89,54 @@ def _load_key(settings: Settings, index: int, cfg: AuthKey) -> VerifyingKey:
     return VerifyingKey(cfg.kid, cfg.alg, key, f"{where}, {path}")
 
 
+def _stamp(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 class JwksFile:
     """The keys of a JWKS file, re-read when the file changes."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
-        self._stamp: tuple[int, int] | None = None
+        self._stamp: tuple[int, ...] | None = None
         self._keys: list[VerifyingKey] = []
 
     def keys(self) -> list[VerifyingKey]:
         try:
-            st = self.path.stat()
-            stamp = (st.st_mtime_ns, st.st_size)
+            stamp = _stamp(self.path.stat())
         except OSError as exc:
             log.error("JWKS file %s cannot be read (%s): every token is refused", self.path,
                       exc.strerror)  # fmt: skip
             return []
         with self._lock:
             if stamp != self._stamp:
-                self._keys = self._read()
-                self._stamp = stamp
+                self._stamp, self._keys = self._read()
             return self._keys
 
-    def _read(self) -> list[VerifyingKey]:
+    def _read(self) -> tuple[tuple[int, ...] | None, list[VerifyingKey]]:
+        """The stamp of the file as read (from the open file, so a file replaced between the
+        ``stat`` and the read is not remembered under the older stamp) and its keys."""
+        stamp = None
         try:
-            document = json.loads(self.path.read_text(encoding="utf-8"))
+            with self.path.open("rb") as fh:
+                stamp = _stamp(os.fstat(fh.fileno()))
+                document = json.loads(fh.read().decode("utf-8"))
             entries = document["keys"]
             if not isinstance(entries, list):
                 raise TypeError("'keys' is not a list")
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.error("JWKS file %s is not a key set (%s): every token is refused", self.path,
                       exc)  # fmt: skip
-            return []
+            return stamp, []
         keys = []
         for i, entry in enumerate(entries):
             try:
                 keys.append(self._key(i, entry))
-            except (ValueError, TypeError, KeyError, jwt.InvalidKeyError) as exc:
+            except (ValueError, TypeError, KeyError, jwt.PyJWTError) as exc:
                 log.error("JWKS file %s: key %d skipped: %s", self.path, i, exc)
         log.info("JWKS file %s: %d key(s) loaded", self.path, len(keys))
-        return keys
+        return stamp, keys
 
     def _key(self, index: int, entry: Any) -> VerifyingKey:
         if not isinstance(entry, dict):
@@ -138,10 +147,15 @@ class JwksFile:
                              "use [auth] keys with secret_env")  # fmt: skip
         if "d" in entry:
             raise ValueError("a private key; publish the public key only")
+        # An encryption key ("use": "enc", or key_ops without "verify") never verifies.
+        if entry.get("use", "sig") != "sig" or "verify" not in entry.get("key_ops", ["verify"]):
+            raise ValueError("not a signature-verification key ('use' / 'key_ops')")
         alg = entry.get("alg") or _DEFAULT_ALG.get((kty, entry.get("crv")))
         if alg is None:
             raise ValueError(f"no 'alg' and none implied by kty {kty!r}; add 'alg'")
-        if alg in HMAC_ALGS or alg not in jwt.algorithms.get_default_algorithms():
+        # The same list [auth] keys may pin, not "whatever PyJWT knows": that includes
+        # "none", which has no key to load and raised out of the reader.
+        if alg not in PUBLIC_KEY_ALGS:
             raise ValueError(f"alg {alg!r} is not a public-key algorithm")
         key = jwt.PyJWK.from_dict({**entry, "alg": alg}).key
         kid = entry.get("kid")

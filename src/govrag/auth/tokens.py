@@ -5,13 +5,20 @@
 raises :class:`~govrag.errors.AuthError`, whose text is the same fixed line for every reason
 (the reason is on the exception, for the server's log). It refuses, in this order:
 
-1. anything that is not three base64url segments with a JSON header (``malformed``);
+1. anything that is not three base64url segments with a JSON header, or whose header PyJWT
+   refuses before any key is chosen (a non-string ``kid``, an unknown ``crit``) (``malformed``);
 2. a header whose ``alg`` is not the one the chosen key pins (``alg_not_allowed``: this is
    where ``alg: none`` and the HS/RS confusion stop), or a ``kid`` no key has (``unknown_key``);
 3. a bad signature, then ``exp`` / ``nbf`` / ``iat`` outside the leeway, a wrong ``aud``, a
    wrong ``iss`` (PyJWT checks these with the pinned algorithm only);
-4. claims that do not make a Principal (no ``sub`` or ``email``, a list that is not strings)
-   or that name a tenant this deployment does not serve (``tenant_not_served``).
+4. claims that do not make a Principal (no ``sub`` or ``email``, a list that is not strings,
+   an ``exp`` past what a date holds, ``email_verified`` present and not true, an e-mail
+   spelt with compatibility characters that casefolding would turn into another's, a claim
+   path meeting a non-object) (``bad_claims``), or that name a tenant this deployment does
+   not serve, name none (or null) while it serves several (``tenant_not_served``).
+
+Keys a token carries itself (``jwk``, ``jku``, ``x5u``, ``x5c``) are never read: the key is
+chosen from the configured ones by ``kid`` alone.
 
 Keys come from :mod:`govrag.auth.keys`; the development keys of ``govrag token`` from
 :mod:`govrag.auth.dev` when ``[auth] dev_tokens`` is on.
@@ -19,6 +26,7 @@ Keys come from :mod:`govrag.auth.keys`; the development keys of ``govrag token``
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -26,6 +34,7 @@ from typing import Any
 import jwt
 from pydantic import ValidationError
 
+from govrag.auth.dev import DEV_ISSUER
 from govrag.auth.keys import JwksFile, VerifyingKey, configured_keys
 from govrag.errors import AuthError, ConfigError
 from govrag.settings import ClaimMap, Settings
@@ -51,6 +60,11 @@ class TokenVerifier:
         if auth.issuer is None and (auth.keys or auth.jwks_file):
             raise ConfigError("[auth] issuer is not set: name the identity provider whose "
                               "tokens govrag accepts (the 'iss' claim)")  # fmt: skip
+        if auth.issuer == DEV_ISSUER:
+            # The identity provider's keys would then accept development tokens' issuer:
+            # only the development key may (govrag.auth.dev).
+            raise ConfigError(f"[auth] issuer {DEV_ISSUER!r} is the development tokens' "
+                              "issuer; name your identity provider's")  # fmt: skip
         self._issuer = auth.issuer
         self._audience = auth.audience
         self._leeway = auth.leeway_s
@@ -69,7 +83,10 @@ class TokenVerifier:
             raise AuthError("malformed", "not a compact JWS")
         try:
             header = jwt.get_unverified_header(token)
-        except jwt.DecodeError as exc:
+        except jwt.InvalidTokenError as exc:
+            # Not only DecodeError: PyJWT also refuses a non-string ``kid`` and an unknown or
+            # malformed ``crit`` here, before any key is involved, with InvalidTokenError.
+            # Uncaught, an unsigned token would have turned into a server error.
             raise AuthError("malformed", str(exc)) from exc
         key = self._key_for(header)
         try:
@@ -85,7 +102,7 @@ class TokenVerifier:
             principal=principal,
             issuer=str(claims["iss"]),
             kid=key.kid,
-            expires_at=datetime.fromtimestamp(int(claims["exp"]), UTC),
+            expires_at=_expiry(claims["exp"]),
         )
 
     def _key_for(self, header: dict[str, Any]) -> VerifyingKey:
@@ -113,17 +130,35 @@ class TokenVerifier:
     def _principal(self, claims: dict[str, Any]) -> Principal:
         m: ClaimMap = self._claims
         tenant = _claim(claims, m.tenant)
-        if tenant is None:
+        if tenant is _ABSENT and len(self._tenants) == 1:
+            # Only a deployment serving one tenant may guess: with several, a token that
+            # names none (a service account, a claim map pointing at the wrong claim) would
+            # otherwise land every caller in default_tenant's documents.
             tenant = self._default_tenant
         if not isinstance(tenant, str) or tenant not in self._tenants:
-            raise AuthError("tenant_not_served", f"tenant {str(tenant)[:80]!r}")
-        values: dict[str, Any] = {"sub": _claim(claims, m.sub), "email": _claim(claims, m.email),
+            shown = "none named" if tenant is _ABSENT else repr(str(tenant)[:80])
+            raise AuthError("tenant_not_served", f"tenant {shown}")
+        verified = _claim(claims, m.email_verified) if m.email_verified else _ABSENT
+        if not (verified is _ABSENT or verified is True or verified == "true"):
+            # The identity provider itself says the address is not proven (a user who typed
+            # someone else's into their profile): access lists are keyed on the e-mail, so
+            # such a token would read the other person's documents. ("true" as a string:
+            # Cognito's spelling.)
+            raise AuthError("bad_claims", f"claim {m.email_verified!r} is not true")
+        email = _claim(claims, m.email)
+        if isinstance(email, str) and unicodedata.normalize("NFKC", email) != email:
+            # Principals and identity records are compared casefolded, which maps the Kelvin
+            # sign to "k" and the long s to "s": an address spelt with compatibility
+            # characters could fold into someone else's. No real address needs them (one
+            # sent decomposed, NFD, is refused too: ask the provider for NFC).
+            raise AuthError("bad_claims", "email holds compatibility characters (not NFKC)")
+        values: dict[str, Any] = {"sub": _value(claims, m.sub), "email": _value(claims, m.email),
                                   "tenant": tenant}  # fmt: skip
         for field, name in (("roles", m.roles), ("doc_entitlements", m.doc_entitlements)):
-            value = _claim(claims, name)
+            value = _value(claims, name)
             if value is not None:
                 values[field] = _string_list(value, name)
-        clearance = _claim(claims, m.clearance)
+        clearance = _value(claims, m.clearance)
         if clearance is not None:
             values["clearance"] = clearance
         try:
@@ -133,19 +168,57 @@ class TokenVerifier:
             raise AuthError("bad_claims", f"claims do not make a principal ({fields})") from exc
 
 
+#: What :func:`_claim` returns for a claim the token does not carry (``None`` is a JSON null).
+_ABSENT: Any = object()
+
+
 def _claim(claims: dict[str, Any], name: str) -> Any:
-    """``claims[name]``, following a dotted name into objects; ``None`` when absent."""
+    """``claims[name]``, following a dotted name into objects; :data:`_ABSENT` when absent.
+
+    A claim named with dots as it stands (``https://bank.example/tenant``, as Auth0 requires
+    of custom claims) is read as is; a token carrying both it and the nested path is refused
+    rather than one of them picked. A path that meets a non-object (``org.id`` when ``org``
+    is a string) is refused too: the token does not have the shape the claim map describes,
+    and reading it as absent would hand the tenant claim's default to whoever sent it.
+    """
+    literal = claims.get(name, _ABSENT) if "." in name else _ABSENT
     value: Any = claims
     for part in name.split("."):
-        if not isinstance(value, dict) or part not in value:
-            return None
+        if value is None:  # a null object on the way: nothing is there
+            return literal
+        if not isinstance(value, dict):
+            if literal is not _ABSENT:
+                return literal
+            raise AuthError("bad_claims", f"claim {name!r}: {part!r} is inside a non-object")
+        if part not in value:
+            return literal
         value = value[part]
+    if literal is not _ABSENT:
+        raise AuthError("bad_claims", f"claim {name!r} is both a dotted name and a path")
     return value
+
+
+def _value(claims: dict[str, Any], name: str) -> Any:
+    """:func:`_claim`, with an absent claim as ``None`` (a null is no claim either)."""
+    value = _claim(claims, name)
+    return None if value is _ABSENT else value
+
+
+def _expiry(exp: Any) -> datetime:
+    """``exp`` as a datetime. PyJWT checked it is a number in the future; one past what a
+    datetime holds (``1e20``, the year 33658) is refused, not a server error."""
+    try:
+        return datetime.fromtimestamp(int(exp), UTC)
+    except (ValueError, OverflowError, OSError) as exc:
+        raise AuthError("bad_claims", "exp is out of range") from exc
 
 
 def _string_list(value: Any, name: str) -> tuple[str, ...]:
     if isinstance(value, str):
-        return tuple(value.split())
+        # Split on the space only (RFC 6749's scope syntax), never on any Unicode whitespace:
+        # str.split() would cut "group:x\u00a0policy:read" into an entitlement the identity
+        # provider never granted. A non-space separator stays inside one (unmatched) entry.
+        return tuple(part for part in value.split(" ") if part)
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return tuple(value)
     raise AuthError("bad_claims", f"claim {name!r} is not a list of strings")
@@ -159,6 +232,8 @@ def _fault(exc: jwt.InvalidTokenError) -> Any:
         (jwt.InvalidSignatureError, "bad_signature"),
         (jwt.InvalidAlgorithmError, "alg_not_allowed"),
         (jwt.MissingRequiredClaimError, "bad_claims"),
+        (jwt.exceptions.InvalidSubjectError, "bad_claims"),
+        (jwt.exceptions.InvalidJTIError, "bad_claims"),
         (jwt.InvalidIssuedAtError, "not_yet_valid"),
         (jwt.DecodeError, "malformed"),
     ]  # fmt: skip

@@ -63,6 +63,10 @@ class ClaimMap(Section):
     roles: str = "roles"
     doc_entitlements: str = "doc_entitlements"
     clearance: str = "clearance"
+    #: The claim saying ``email`` is the caller's proven address (OIDC's ``email_verified``):
+    #: a token where it is present and not ``true`` is refused, because access is looked up
+    #: by e-mail. Absent, the token is taken at its word; ``""`` ignores the claim.
+    email_verified: str = "email_verified"
 
 
 class AuthSettings(Section):
@@ -79,7 +83,8 @@ class AuthSettings(Section):
     jwks_file: str | None = None
     claims: ClaimMap = Field(default_factory=ClaimMap)
     #: Tenants a token may name; default: only the deployment's ``default_tenant``. A token
-    #: without the tenant claim is for ``default_tenant``.
+    #: without the tenant claim is for ``default_tenant`` when that is the only tenant
+    #: served; with several it is refused (govrag does not guess whose documents it reads).
     tenants: list[str] = Field(default_factory=list)
     #: Development only: accept tokens that ``govrag token --as SUB`` signs for entries of
     #: ``principals.json`` (a secret generated in ``keys/``). Never on a served deployment.
