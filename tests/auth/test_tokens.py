@@ -31,7 +31,13 @@ from govrag.types import Classification, Principal
 ISSUER = "https://idp.bank.example"
 AUDIENCE = "govrag-bank"
 SECRET = "s3cret-for-tests-only-0123456789abcdef"  # 38 bytes
-NOW = datetime.now(UTC)
+
+
+def now() -> datetime:
+    """The time a token is made at: read when it is made, never at import, so no test
+    depends on how long the suite ran before it (a 10-minute token made at collection
+    would expire in a long run)."""
+    return datetime.now(UTC)
 
 
 def pem_public(key: Any) -> bytes:
@@ -71,8 +77,8 @@ def settings_for(root: Path, **auth: Any) -> Settings:
 def claims(**over: Any) -> dict[str, Any]:
     base = {"iss": ISSUER, "aud": AUDIENCE, "sub": "ana", "email": "Ana@Bank.example",
             "tenant": "bank", "roles": ["analyst"], "doc_entitlements": ["policy:read"],
-            "clearance": "confidential", "iat": NOW, "nbf": NOW,
-            "exp": NOW + timedelta(minutes=10)}  # fmt: skip
+            "clearance": "confidential", "iat": now(), "nbf": now(),
+            "exp": now() + timedelta(minutes=10)}  # fmt: skip
     base.update(over)
     return {k: v for k, v in base.items() if v is not None}
 
@@ -96,15 +102,15 @@ def test_good_tokens_of_every_key_type_are_accepted(
 ) -> None:
     for key, alg, kid in [(rsa_key, "RS256", "rsa-1"), (ec_key, "ES256", "ec-1"),
                           (SECRET, "HS256", "hs-1")]:  # fmt: skip
-        token = jwt.encode(claims(), key, algorithm=alg, headers={"kid": kid})
+        made = claims()
+        token = jwt.encode(made, key, algorithm=alg, headers={"kid": kid})
         verified = verifier.verify(token)
         assert verified.principal == Principal(
             sub="ana", email="ana@bank.example", tenant="bank", roles=("analyst",),
             doc_entitlements=("policy:read",), clearance=Classification.CONFIDENTIAL,
         )  # fmt: skip
         assert verified.kid == kid and verified.issuer == ISSUER
-        assert verified.expires_at == datetime.fromtimestamp(int((NOW + timedelta(minutes=10))
-                                                                 .timestamp()), UTC)  # fmt: skip
+        assert verified.expires_at == datetime.fromtimestamp(int(made["exp"].timestamp()), UTC)
 
 
 def matrix(rsa_key: Any, ec_key: Any) -> dict[str, tuple[str, str]]:
@@ -156,9 +162,9 @@ def matrix(rsa_key: Any, ec_key: Any) -> dict[str, tuple[str, str]]:
         ),
         "payload swapped under a good signature": (f"{head}.{forged_body}.{sig}", "bad_signature"),
         "signature stripped": (f"{head}.{body}.", "bad_signature"),
-        "expired": (rs(exp=NOW - timedelta(minutes=5)), "expired"),
-        "not yet valid": (rs(nbf=NOW + timedelta(minutes=5)), "not_yet_valid"),
-        "issued in the future": (rs(iat=NOW + timedelta(minutes=5)), "not_yet_valid"),
+        "expired": (rs(exp=now() - timedelta(minutes=5)), "expired"),
+        "not yet valid": (rs(nbf=now() + timedelta(minutes=5)), "not_yet_valid"),
+        "issued in the future": (rs(iat=now() + timedelta(minutes=5)), "not_yet_valid"),
         "no exp": (rs(exp=None), "bad_claims"),
         "no iat": (rs(iat=None), "bad_claims"),
         "wrong audience": (rs(aud="someone-else"), "wrong_audience"),
@@ -189,12 +195,13 @@ def test_the_token_matrix_accepts_none(verifier: TokenVerifier, rsa_key: Any, ec
 
 
 def test_leeway_tolerates_small_skew_only(deployment: Path, rsa_key: Any) -> None:
-    verifier = TokenVerifier(settings_for(deployment, leeway_s=60))
+    # The largest leeway, and margins of minutes either side: no machine stall decides it.
+    verifier = TokenVerifier(settings_for(deployment, leeway_s=300))
     sign = lambda **c: jwt.encode(claims(**c), rsa_key, algorithm="RS256",  # noqa: E731
                                   headers={"kid": "rsa-1"})  # fmt: skip
-    assert verifier.verify(sign(exp=NOW - timedelta(seconds=30))).principal.sub == "ana"
+    assert verifier.verify(sign(exp=now() - timedelta(seconds=60))).principal.sub == "ana"
     with pytest.raises(AuthError) as info:
-        verifier.verify(sign(exp=NOW - timedelta(seconds=120)))
+        verifier.verify(sign(exp=now() - timedelta(seconds=900)))
     assert info.value.fault == "expired"
 
 
@@ -226,7 +233,7 @@ def _tamper_setup(tmp_path_factory: pytest.TempPathFactory, rsa_key: Any) -> Ite
         "issuer": ISSUER, "audience": AUDIENCE,
         "keys": [{"alg": "RS256", "public_key": "keys/idp-rsa.pem"}]})  # fmt: skip
     _TAMPER["verifier"] = TokenVerifier(settings)
-    _TAMPER["token"] = jwt.encode(claims(exp=NOW + timedelta(days=1)), rsa_key,
+    _TAMPER["token"] = jwt.encode(claims(exp=now() + timedelta(days=1)), rsa_key,
                                   algorithm="RS256")  # fmt: skip
     yield
     _TAMPER.clear()
