@@ -364,6 +364,22 @@ def settings_problems(settings: Settings, config: DeploymentConfig) -> list[Prob
     return out
 
 
+def auth_problems(dep: Deployment) -> list[Problem]:
+    """What stops ``[auth]`` from verifying tokens (checked by ``govrag config check`` only:
+    a command that serves nobody must not fail on a key it never uses)."""
+    auth = dep.settings.auth
+    if not (auth.keys or auth.jwks_file or auth.dev_tokens):
+        return []
+    try:
+        verifier = dep.tokens
+    except (ConfigError, MissingExtraError) as exc:
+        return [Problem(CONFIG_FILE, "auth", str(exc))]
+    if not verifier.keys():
+        return [Problem(CONFIG_FILE, "auth.jwks_file", f"{auth.jwks_file} holds no usable key "
+                        "(see the log); every token would be refused")]  # fmt: skip
+    return []
+
+
 def check_deployment(settings: Settings) -> tuple[DeploymentConfig | None, list[Problem]]:
     """Every problem of the deployment's files and of what ``govrag.toml`` names in them."""
     config, problems = check_config(settings.deployment)

@@ -73,3 +73,26 @@ def test_a_bearer_token_is_verified_by_the_api(root: Path) -> None:
         assert str(info.value) == "invalid or missing bearer token"
         with pytest.raises(govrag.AuthError):
             app.verify_token(None)
+
+
+def test_config_check_names_what_stops_token_verification(root: Path) -> None:
+    with govrag.open(root) as app:
+        assert app.config_check().ok  # no [auth]: nothing to check
+    broken = {"issuer": "https://idp.example", "keys": [{"alg": "RS256", "public_key": "no.pem"}]}
+    with govrag.open(root, auth=broken) as app:
+        check = app.config_check()
+    assert not check.ok
+    assert any(p.field == "auth" and "cannot read the public key" in p.message
+               for p in check.problems)  # fmt: skip
+    (root / "jwks.json").write_text('{"keys": []}')
+    with govrag.open(root, auth={"issuer": "https://idp.example", "jwks_file": "jwks.json"}) as app:
+        check = app.config_check()
+    assert [p.field for p in check.problems if not p.warning] == ["auth.jwks_file"]
+    # A command that serves nobody is not stopped by a key it never uses.
+    done = run(root, "search", "wire", "--as", "ana", "--strategy", "keyword",
+               env={"GOVRAG_AUTH__ISSUER": "https://idp.example",
+                    "GOVRAG_AUTH__JWKS_FILE": "missing.json"})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    done = run(root, "config", "check", env={"GOVRAG_AUTH__ISSUER": "https://idp.example",
+                                             "GOVRAG_AUTH__JWKS_FILE": "missing.json"})  # fmt: skip
+    assert done.returncode != 0 and "auth.jwks_file" in done.stderr + done.stdout

@@ -28,7 +28,13 @@ from govrag.app.ingest import (
     ProgressFactory,
     run_ingest,
 )
-from govrag.deployment import Deployment, check_deployment, load_principals, lookup_principal
+from govrag.deployment import (
+    Deployment,
+    auth_problems,
+    check_deployment,
+    load_principals,
+    lookup_principal,
+)
 from govrag.errors import AuthError, ConfigError, InputError, NotFoundError
 from govrag.harvest.sources import SourceStatus, list_sources
 from govrag.settings import Settings, load_settings
@@ -307,7 +313,7 @@ class Govrag:
     def config_check(self) -> ConfigCheck:
         """Validate routes/, manifests/, workflows/ and policies/ against govrag.toml."""
         config, problems = check_deployment(self.settings)
-        return ConfigCheck(problems, config)
+        return ConfigCheck(problems + auth_problems(self._dep), config)
 
     def evaluate_beir(
         self,
