@@ -51,9 +51,11 @@ LEVELS = {
     "app": 13,
     "__init__": 14, "demo": 14,
     # The edges, and helpers for users' own tests: nothing in src imports them.
-    "cli": 15, "server": 15, "testing": 15,
+    "server": 15, "testing": 15,
+    # The command line, whose ``govrag serve`` starts the HTTP edge.
+    "cli": 16,
     # ``python -m govrag``: runs the CLI.
-    "__main__": 16,
+    "__main__": 17,
 }  # fmt: skip
 
 #: Edge packages: only they know the CLI, HTTP and MCP.

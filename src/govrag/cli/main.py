@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from govrag.cli import admin, agent, audit, curate, ingest, search, token
+from govrag.cli import admin, agent, audit, curate, ingest, search, serve, token
 
 
 def build() -> typer.Typer:
@@ -20,7 +20,7 @@ def build() -> typer.Typer:
         add_completion=False,
         pretty_exceptions_enable=False,
     )
-    for module in (admin, ingest, search, agent, curate, audit, token):
+    for module in (admin, ingest, search, agent, curate, audit, token, serve):
         module.register(app)
     return app
 

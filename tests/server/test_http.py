@@ -1,0 +1,225 @@
+"""The HTTP API over real HTTP on loopback (uvicorn in this process), as a hostile caller
+would use it: no token, a forged one, another tenant's, identity smuggled into the body; and
+as a legitimate one: the governed search and the cited answer, each caller seeing only what
+its rights allow."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+import govrag
+from govrag.server import create_app
+
+RECORDS = [
+    {"type": "identity", "email": "ana@bank.example", "source_system": "sp", "account_id": "S-1"},
+    {"type": "identity", "email": "ben@bank.example", "source_system": "sp", "account_id": "S-2"},
+    {"type": "document", "source_system": "sp", "external_id": "wire-limits", "corpus": "policy",
+     "title": "Wire transfer limits", "classification": "internal", "acl": ["S-1"],
+     "text": "The EU corporate wire limit is EUR 50,000 per day."},
+    {"type": "document", "source_system": "sp", "external_id": "card-fees", "corpus": "policy",
+     "title": "Card fees", "classification": "internal", "acl": ["S-2"],
+     "text": "Debit cards carry no annual fee."},
+]  # fmt: skip
+PRINCIPALS = {"principals": [
+    {"sub": "ana", "email": "ana@bank.example", "tenant": "bank", "clearance": "internal",
+     "doc_entitlements": ["policy:read"]},
+    {"sub": "ben", "email": "ben@bank.example", "tenant": "bank", "clearance": "internal",
+     "doc_entitlements": ["policy:read"]},
+    {"sub": "zed", "email": "zed@other.example", "tenant": "other", "clearance": "internal",
+     "doc_entitlements": ["policy:read"]},
+]}  # fmt: skip
+REFUSED = {"type": "https://govrag.dev/problems/unauthorized", "title": "Unauthorized",
+           "status": 401, "detail": "invalid or missing bearer token"}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[govrag.Govrag]:
+    root = tmp_path_factory.mktemp("http") / "bank"
+    govrag.init(root, tenant="bank", corpora=["policy"])
+    (root / "principals.json").write_text(json.dumps(PRINCIPALS))
+    feed = root / "feed.jsonl"
+    feed.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    with govrag.open(root, auth={"dev_tokens": True, "tenants": ["bank", "other"]}) as opened:
+        assert opened.ingest(feed).ok
+        yield opened
+
+
+@pytest.fixture(scope="module")
+def url(app: govrag.Govrag) -> Iterator[str]:
+    server = uvicorn.Server(uvicorn.Config(create_app(app), host="127.0.0.1", port=0,
+                                           log_level="warning", lifespan="off"))  # fmt: skip
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60  # a bound on start-up, not a timing assertion
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(30)
+
+
+@pytest.fixture(scope="module")
+def client(url: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=url, timeout=60) as c:
+        yield c
+
+
+def bearer(app: govrag.Govrag, sub: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {app.dev_token(sub)}"}
+
+
+def doc_ids(body: dict[str, Any]) -> set[str]:
+    return {hit["doc_id"] for hit in body["results"]}
+
+
+def test_liveness_needs_no_token(client: httpx.Client) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"Authorization": "Bearer"}, {"Authorization": "Bearer not-a-token"},
+     {"Authorization": "Basic YW5hOnB3"}, {"Authorization": "Bearer a.b.c"},
+     {"Authorization": "bearer " + "x" * 20_000}],
+    ids=["none", "empty", "garbage", "basic", "three-parts", "huge"],
+)  # fmt: skip
+def test_every_refused_token_gets_the_same_401(
+    client: httpx.Client, headers: dict[str, str]
+) -> None:
+    for path, body in [("/v1/search", {"query": "wire"}), ("/v1/ask", {"question": "wire?"})]:
+        r = client.post(path, json=body, headers=headers)
+        assert r.status_code == 401 and r.json() == REFUSED
+        assert r.headers["content-type"] == "application/problem+json"
+        assert r.headers["www-authenticate"].startswith("Bearer")
+
+
+def test_a_tampered_token_is_refused_like_no_token(
+    client: httpx.Client, app: govrag.Govrag
+) -> None:
+    token = app.dev_token("ana")
+    head, payload, sig = token.split(".")
+    for forged in (f"{head}.{payload}.{sig[::-1]}", f"{head}.{payload}.", token + "x"):
+        r = client.post("/v1/search", json={"query": "wire"},
+                        headers={"Authorization": f"Bearer {forged}"})  # fmt: skip
+        assert r.status_code == 401 and r.json() == REFUSED
+
+
+def test_each_caller_finds_only_what_its_rights_allow(
+    client: httpx.Client, app: govrag.Govrag
+) -> None:
+    query = {"query": "wire limit card fees", "strategy": "keyword"}
+    ana = client.post("/v1/search", json=query, headers=bearer(app, "ana"))
+    ben = client.post("/v1/search", json=query, headers=bearer(app, "ben"))
+    assert ana.status_code == 200 and ben.status_code == 200, (ana.text, ben.text)
+    assert doc_ids(ana.json()) == {"wire-limits"} and doc_ids(ben.json()) == {"card-fees"}
+    assert all(d["verdict"] == "ALLOW" for d in ana.json()["decisions"])
+
+
+def test_another_tenants_caller_sees_nothing_of_this_tenant(
+    client: httpx.Client, app: govrag.Govrag
+) -> None:
+    r = client.post("/v1/search", json={"query": "wire limit", "strategy": "keyword"},
+                    headers=bearer(app, "zed"))  # fmt: skip
+    # The corpus belongs to tenant "bank": the policy gate denies it (reason "tenant") before
+    # any search, and nothing of it comes back.
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert [(d["corpus"], d["verdict"], d["reason"]) for d in body["decisions"]] == [
+        ("policy", "DENY", "tenant")]  # fmt: skip
+    assert doc_ids(body) == set() and not body["hidden"]["present"]
+    assert "wire-limits" not in r.text and "50,000" not in r.text
+
+
+@pytest.mark.parametrize(
+    "smuggled",
+    [{"tenant": "other"}, {"sub": "ben"}, {"principal": {"sub": "ben"}},
+     {"email": "ben@bank.example"}, {"clearance": "restricted"},
+     {"doc_entitlements": ["policy:read"]}],
+)  # fmt: skip
+def test_identity_in_the_body_is_refused(
+    client: httpx.Client, app: govrag.Govrag, smuggled: dict[str, Any]
+) -> None:
+    r = client.post("/v1/search", json={"query": "wire", **smuggled}, headers=bearer(app, "ben"))
+    assert r.status_code == 400 and r.headers["content-type"] == "application/problem+json"
+    assert set(smuggled) <= set(r.json()["fields"])
+    assert "wire-limits" not in r.text
+
+
+def test_bad_bodies_name_the_field(client: httpx.Client, app: govrag.Govrag) -> None:
+    cases = [({}, "query"), ({"query": ""}, "query"), ({"query": "x" * 5000}, "query"),
+             ({"query": "x", "top_k": 0}, "top_k"),
+             ({"query": "x", "strategy": "magic"}, "strategy")]  # fmt: skip
+    for body, field in cases:
+        r = client.post("/v1/search", json=body, headers=bearer(app, "ana"))
+        assert r.status_code == 400 and field in r.json()["fields"], (body, r.text)
+    r = client.post("/v1/search", content=b"{not json", headers={
+        **bearer(app, "ana"), "content-type": "application/json"})  # fmt: skip
+    assert r.status_code == 400
+
+
+def test_a_session_is_only_its_principals(client: httpx.Client, app: govrag.Govrag) -> None:
+    first = client.post("/v1/search", json={"query": "wire", "strategy": "keyword"},
+                        headers=bearer(app, "ana")).json()  # fmt: skip
+    session = first["session_id"]
+    again = client.post(
+        "/v1/search",
+        headers=bearer(app, "ana"),
+        json={"query": "wire", "session": session, "strategy": "keyword"},
+    )
+    assert again.status_code == 200 and again.json()["session_id"] == session
+    stolen = client.post("/v1/search", json={"query": "wire", "session": session},
+                         headers=bearer(app, "ben"))  # fmt: skip
+    absent = client.post("/v1/search", json={"query": "wire", "session": "ses-0000000000000000"},
+                         headers=bearer(app, "ben"))  # fmt: skip
+    # "Not yours" and "absent" are one answer: the same status and body but for the id the
+    # caller itself sent.
+    assert stolen.status_code == absent.status_code == 404
+    assert stolen.text.replace(session, "ID") == absent.text.replace("ses-0000000000000000", "ID")
+
+
+def test_ask_answers_with_citations_from_the_callers_evidence(
+    client: httpx.Client, app: govrag.Govrag
+) -> None:
+    r = client.post("/v1/ask", json={"question": "What is the EU corporate wire limit?"},
+                    headers=bearer(app, "ana"))  # fmt: skip
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert "50,000" in body["answer"]
+    assert {c["doc_id"] for c in body["citations"]} == {"wire-limits"}
+    # The examiner can replay it from the audit log alone.
+    assert app.replay(body["request_id"]).verdict_before_search
+
+
+def test_the_openapi_schema_declares_bearer_auth(client: httpx.Client) -> None:
+    schema = client.get("/openapi.json").json()
+    assert {"/healthz", "/v1/search", "/v1/ask"} <= set(schema["paths"])
+    assert any(
+        s.get("scheme") == "bearer" for s in schema["components"]["securitySchemes"].values()
+    )
+    search = schema["paths"]["/v1/search"]["post"]
+    assert search["security"] and "401" in search["responses"]
+
+
+@pytest.mark.parametrize(("module", "edge"), [("fastapi", "govrag.server.app"),
+                                              ("jwt", "govrag.auth")])  # fmt: skip
+def test_without_the_extra_the_import_names_it(
+    monkeypatch: pytest.MonkeyPatch, module: str, edge: str
+) -> None:
+    monkeypatch.setitem(sys.modules, module, None)  # makes ``import <module>`` fail
+    for name in [m for m in sys.modules if m == edge or m.startswith(edge + ".")]:
+        monkeypatch.delitem(sys.modules, name)
+    with pytest.raises(govrag.MissingExtraError) as info:
+        importlib.import_module(edge)
+    assert info.value.extra == "server" and "pip install 'govrag[server]'" in str(info.value)
