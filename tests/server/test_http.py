@@ -223,3 +223,75 @@ def test_without_the_extra_the_import_names_it(
     with pytest.raises(govrag.MissingExtraError) as info:
         importlib.import_module(edge)
     assert info.value.extra == "server" and "pip install 'govrag[server]'" in str(info.value)
+
+
+# -- attacks found by the red-team review of the HTTP edge ------------------------------------
+
+
+def test_two_authorization_headers_are_refused(client: httpx.Client, app: govrag.Govrag) -> None:
+    good = f"Bearer {app.dev_token('ana')}"
+    for pair in ([good, "Bearer garbage"], ["Bearer garbage", good], [good, good]):
+        r = client.post("/v1/search", json={"query": "wire"},
+                        headers=[("Authorization", h) for h in pair])  # fmt: skip
+        assert r.status_code == 401 and r.json() == REFUSED, pair
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [("POST", "/v1/nope", 404), ("POST", "//v1/search", 404), ("POST", "/v1/search/", 404),
+     ("GET", "/v1/search", 405), ("PUT", "/v1/ask", 405)],
+)  # fmt: skip
+def test_routing_refusals_are_problem_documents(
+    client: httpx.Client, app: govrag.Govrag, method: str, path: str, status: int
+) -> None:
+    r = client.request(method, path, json={"query": "wire"}, headers=bearer(app, "ana"))
+    assert r.status_code == status and r.headers["content-type"] == "application/problem+json"
+    assert r.json()["status"] == status and "location" not in r.headers
+    if status == 405:
+        assert r.headers["allow"] == "POST"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b'{"query": "\xff\xfe"}', b'{"query": "x", "corpora": ' + b"[" * 5000 + b"]" * 5000 + b"}"],
+    ids=["not-utf8", "deep"],
+)  # fmt: skip
+def test_unparsable_bodies_are_problem_documents(
+    client: httpx.Client, app: govrag.Govrag, raw: bytes
+) -> None:
+    r = client.post("/v1/search", content=raw,
+                    headers={**bearer(app, "ana"), "content-type": "application/json"})  # fmt: skip
+    assert r.status_code == 400 and r.headers["content-type"] == "application/problem+json"
+
+
+@pytest.mark.parametrize(
+    ("path", "raw", "field"),
+    [("/v1/search", b'{"query": "wire", "session": "\\ud800"}', "session"),
+     ("/v1/ask", b'{"question": "wire?", "session": "\\udc00"}', "session"),
+     ("/v1/search", b'{"query": "wire", "route": "\\ud800"}', "route"),
+     ("/v1/search", b'{"query": "wire", "session": "ses-\\u0000"}', "session"),
+     ("/v1/search", b'{"query": "wire", "corpora": ["po\\u0000licy"]}', "corpora.0")],
+)  # fmt: skip
+def test_names_that_are_not_text_are_a_400_not_a_500(
+    client: httpx.Client, app: govrag.Govrag, path: str, raw: bytes, field: str
+) -> None:
+    r = client.post(path, content=raw,
+                    headers={**bearer(app, "ana"), "content-type": "application/json"})  # fmt: skip
+    assert r.status_code == 400 and field in r.json()["fields"], r.text
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [({"filters": [{"key": "a", "op": "in", "values": list(range(5000))}]}, "filters"),
+     ({"filters": [{"key": f"k{i}", "value": i} for i in range(2000)]}, "filters"),
+     ({"corpora": [f"c{i}" for i in range(1000)]}, "corpora"),
+     ({"session": "s" * 100_000}, "session"), ({"route": "r" * 100_000}, "route")],
+    ids=["in-values", "many-filters", "many-corpora", "long-session", "long-route"],
+)  # fmt: skip
+def test_oversized_requests_are_refused_before_the_store(
+    client: httpx.Client, app: govrag.Govrag, extra: dict[str, Any], field: str
+) -> None:
+    # Before: 5000 'in' values or 2000 filters were a 503 "store unavailable" (SQLite's
+    # expression depth), 1000 corpora 1000 DENY audit records, a long name echoed back whole.
+    r = client.post("/v1/search", json={"query": "wire", **extra}, headers=bearer(app, "ana"))
+    assert r.status_code == 400 and field in r.json()["fields"], r.text[:300]

@@ -16,13 +16,14 @@ import logging
 import secrets
 from typing import Annotated, Any
 
-from govrag.errors import GovragError, MissingExtraError
+from govrag.errors import AuthError, GovragError, MissingExtraError
 
 try:
     from fastapi import Depends, FastAPI, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
     from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+    from starlette.exceptions import HTTPException
 except ImportError as exc:  # pragma: no cover - exercised by the missing-extra test
     raise MissingExtraError(getattr(exc, "name", None) or "fastapi", "server",
                             "The HTTP server") from exc  # fmt: skip
@@ -53,6 +54,10 @@ def _principal(
 ) -> Principal:
     """The caller: the verified claims of its bearer token, or a 401 (every reason alike)."""
     govrag: Govrag = request.app.state.govrag
+    if len(request.headers.getlist("authorization")) > 1:
+        # Which one counts would be this server's guess, and a proxy in front may guess the
+        # other way: a request carrying two is refused like one carrying a bad token.
+        raise AuthError("malformed", "more than one Authorization header")
     return govrag.verify_token(credentials.credentials if credentials else None).principal
 
 
@@ -64,7 +69,10 @@ Caller = Annotated[Principal, Depends(_principal)]
 def create_app(govrag: Govrag) -> FastAPI:
     """The HTTP API of ``govrag`` (an opened deployment, which the caller closes)."""
     api = FastAPI(title="govrag", version="1", summary="Governed retrieval over HTTP.",
-                  docs_url=None, redoc_url=None)  # fmt: skip
+                  docs_url=None, redoc_url=None,
+                  # No 307 to the same path with a slash: its Location is built from the
+                  # caller's Host header.
+                  redirect_slashes=False)  # fmt: skip
 
     api.state.govrag = govrag
 
@@ -79,10 +87,24 @@ def create_app(govrag: Govrag) -> FastAPI:
                        f"invalid field(s): {', '.join(fields)}; see the OpenAPI schema",
                        fields=fields)  # fmt: skip
 
+    @api.exception_handler(HTTPException)
+    def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        # Starlette's own refusals (no such path, a method the route does not take, a body
+        # that is not JSON) are problem documents too, never its {"detail": ...}.
+        codes = {404: "not-found", 405: "method-not-allowed"}
+        code = codes.get(
+            exc.status_code, "invalid-request" if exc.status_code < 500 else "internal"
+        )
+        response = problem(exc.status_code, code, code.replace("-", " ").capitalize())
+        if exc.headers:
+            response.headers.update(exc.headers)  # Allow: on a 405
+        return response
+
     @api.exception_handler(Exception)
     def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         request_id = _request_id(request)
-        log.exception("unexpected error [%s]", request_id)
+        # Called after the except block: the exception is passed, not taken from the context.
+        log.error("unexpected error [%s]", request_id, exc_info=exc)
         return problem(500, "internal", "Internal error", request_id=request_id)
 
     @api.get("/healthz", tags=["operations"], summary="Liveness: the process answers.")

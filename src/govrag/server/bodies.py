@@ -7,12 +7,36 @@ only narrow what the caller's rights already allow).
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from govrag.types import MetadataFilter, Strategy
 
 #: Longest query or question accepted over HTTP (a deployment's own limits may be lower).
 MAX_QUERY_CHARS = 4000
+#: Bounds on what one search may ask for: each named corpus is a policy decision and an audit
+#: record, and each filter or ``in`` value a term of the SQL condition (SQLite refuses an
+#: expression deeper than 1000, which a caller must not turn into a "store unavailable").
+MAX_CORPORA = 64
+MAX_FILTERS = 16
+MAX_FILTER_VALUES = 256
+
+
+def _text(value: str) -> str:
+    """Refuse what is not text: a lone surrogate (no UTF-8 for it, so no store or log can
+    take it) or a NUL."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("holds an unpaired surrogate; pass UTF-8 text") from None
+    if "\x00" in value:
+        raise ValueError("contains a NUL character")
+    return value
+
+
+#: A name the caller sends (a corpus, a route, a session id): short, and text.
+Name = Annotated[str, Field(min_length=1, max_length=256), AfterValidator(_text)]
 
 
 class Body(BaseModel):
@@ -25,12 +49,20 @@ class SearchBody(Body):
 
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS,
                        examples=["wire transfer limit for corporate clients"])  # fmt: skip
-    corpora: list[str] | None = Field(default=None, description="Default: the route's scope.")
-    route: str | None = Field(default=None, description="Default: the deployment's route.")
-    session: str | None = Field(default=None, description="Continue this session (yours).")
+    corpora: list[Name] | None = Field(default=None, max_length=MAX_CORPORA,
+                                       description="Default: the route's scope.")  # fmt: skip
+    route: Name | None = Field(default=None, description="Default: the deployment's route.")
+    session: Name | None = Field(default=None, description="Continue this session (yours).")
     strategy: Strategy | None = None
     top_k: int | None = Field(default=None, ge=1, le=100)
-    filters: list[MetadataFilter] = Field(default_factory=list)
+    filters: list[MetadataFilter] = Field(default_factory=list, max_length=MAX_FILTERS)
+
+    @field_validator("filters")
+    @classmethod
+    def _bounded_values(cls, filters: list[MetadataFilter]) -> list[MetadataFilter]:
+        if any(len(f.values or ()) > MAX_FILTER_VALUES for f in filters):
+            raise ValueError(f"an 'in' filter takes at most {MAX_FILTER_VALUES} values")
+        return filters
 
 
 class AskBody(Body):
@@ -38,7 +70,7 @@ class AskBody(Body):
 
     question: str = Field(min_length=1, max_length=MAX_QUERY_CHARS,
                           examples=["What is the EU corporate wire limit?"])  # fmt: skip
-    route: str | None = None
-    session: str | None = None
+    route: Name | None = None
+    session: Name | None = None
     #: Material to work on; never evidence, never cited.
     text: str | None = Field(default=None, max_length=200_000)
