@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-from govrag.embed.base import FloatArray
 from govrag.store.database import Database
 from govrag.store.lexical import LexicalIndex
 from govrag.store.lexical_format import access_digest
 from govrag.store.outbox import indexed_chunks, outbox_head, pending, snapshot
-from govrag.store.records import AccessScope, IndexReport
+from govrag.store.records import IndexReport
+from govrag.store.search import VectorLegFn
 
 
 class VectorLeg(Protocol):
@@ -43,17 +42,10 @@ class VectorLeg(Protocol):
         (set right when ``repair``); 0 where no such copies are kept."""
         ...
 
-    def leg(
-        self,
-        scope: AccessScope,
-        query: FloatArray,
-        *,
-        acl: bool,
-        doc_ids: Sequence[int] | None,
-        limit: int,
-    ) -> tuple[list[tuple[int, float]], bool]:
-        """The search primitive: see :class:`govrag.store.search.VectorLegFn`. Private to
-        the search backend (``acl=False`` ranks without the caller's rights)."""
+    @property
+    def leg(self) -> VectorLegFn:
+        """The search primitive (its method): private to the search backend (``acl=False``
+        ranks without the caller's rights)."""
         ...
 
 
