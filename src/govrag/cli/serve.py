@@ -4,7 +4,7 @@ deployment, checks where it may listen, and hands the application to uvicorn."""
 from __future__ import annotations
 
 import ipaddress
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -49,9 +49,13 @@ def serve(
             import uvicorn
         except ImportError as exc:
             fail(MissingExtraError(exc.name or "uvicorn", "server", "The HTTP server"))
-        from govrag.server import create_app
 
-        api = guard(lambda: create_app(app))
+        def build() -> Any:
+            from govrag.server import create_app  # a missing extra names it (guarded)
+
+            return create_app(app)
+
+        api = guard(build)
         err.print(f"govrag serving {app.settings.deployment} on http://{host}:{port}",
                   highlight=False)  # fmt: skip
         uvicorn.run(api, host=host, port=port, log_level="info")
