@@ -152,6 +152,12 @@ def new_pg_database(pg: PgServer) -> str:
     return _pg_databases[pg.port].new().admin_url
 
 
+def pg_store_settings(pg: PgServer) -> dict[str, str]:
+    """A fresh, migrated database as a deployment's ``[store]`` (application role and owner)."""
+    database = _pg_databases[pg.port].new()
+    return {"url": database.url, "admin_url": database.admin_url}
+
+
 def drop_pg_database(pg: PgServer, dsn: str) -> None:
     _pg_databases[pg.port].drop(dsn.rsplit("/", 1)[1])
 

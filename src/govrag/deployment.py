@@ -21,6 +21,7 @@ from govrag.agent.extractive import ExtractiveResponder
 from govrag.agent.limits import RequestLimits
 from govrag.agent.llm import LlmClient
 from govrag.agent.orchestrator import Orchestrator
+from govrag.agent.tool_calls import CallerTools
 from govrag.audit.auto import Checkpointer
 from govrag.audit.checkpoint import CheckpointDir
 from govrag.audit.events import WritebackAdmissionEvent, write
@@ -148,6 +149,23 @@ class Deployment:
             out.update(dict.fromkeys((bundle.name, *bundle.profiles), pdp))
         return out
 
+    # -- readiness probes (``Govrag.readiness``): None when sound, else why ------------------
+
+    def schema_problem(self) -> str | None:
+        """The store answers, with the schema this code reads (another replica may have
+        migrated it since this one opened it)."""
+        from govrag.store.migrations import migrations
+
+        found, known = self.store.schema_version(), len(migrations(self.store.backend))
+        return None if found == known else f"schema version {found}, this code reads {known}"
+
+    def routes_problem(self) -> str | None:
+        return None if self.config.routes else "the deployment has no routes"
+
+    def policy_problem(self) -> str | None:
+        problems = sorted({p.problem for p in self.pdps.values() if p.problem})
+        return "; ".join(problems) or (None if self.pdps else "no policy bundle loaded")
+
     @cached_property
     def gateway(self) -> Gateway:
         g = self.settings.gateway
@@ -260,6 +278,13 @@ class Deployment:
         return GovernedSearch(
             self.sessions, self.pep, Validator(self.settings.validation, audit=self.store)
         )
+
+    @cached_property
+    def tools(self) -> CallerTools:
+        """The routes' tools for callers with a model of their own (HTTP, MCP)."""
+        return CallerTools(self.governed, catalog=self.store.list_corpora,
+                           read_document=self.store.readable_document,
+                           confirm=self.rights.confirms)  # fmt: skip
 
     @cached_property
     def sessions(self) -> Sessions:

@@ -7,7 +7,15 @@ from datetime import datetime
 from enum import IntEnum, StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_serializer,
+    field_validator,
+)
 
 
 class Classification(IntEnum):
@@ -154,6 +162,9 @@ class Principal(Frozen):
     roles: tuple[str, ...] = ()
     doc_entitlements: tuple[str, ...] = ()
     clearance: Classification = Classification.INTERNAL
+    #: When these claims stop being valid (a bearer token's ``exp``): no session opened with
+    #: them outlives it. ``None`` for a local principal (``principals.json``).
+    expires_at: AwareDatetime | None = None
 
     @field_validator("clearance", mode="before")
     @classmethod
@@ -166,6 +177,25 @@ class Principal(Frozen):
         if "@" not in value:
             raise ValueError(f"email {value!r} has no '@'; give the principal's email address")
         return value.casefold()
+
+
+class DocumentInfo(Frozen):
+    """What a caller who may read a document learns of it without its text (a document's
+    metadata, ``get_document_metadata``)."""
+
+    source_system: str
+    external_id: str
+    corpus: str
+    title: str
+    classification: Classification
+    #: As the source system reported it (ISO 8601), when it did.
+    updated_at: str | None = None
+    #: How many chunks the document was split into.
+    chunks: int = Field(ge=0)
+
+    @field_serializer("classification")
+    def _level_name(self, level: Classification) -> str:
+        return level.name.lower()
 
 
 class VerifiedToken(Frozen):

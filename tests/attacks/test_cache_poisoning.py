@@ -224,7 +224,11 @@ def test_every_request_field_is_in_the_key(field: str) -> None:
     assert (key(changed) == key(KEYWORD)) == (field in SAME_KEY), field
 
 
-@pytest.mark.parametrize("field", sorted(set(Principal.model_fields) - {"sub"}))
+#: Claims that grant nothing: who is asking (the sub) and until when (a token's expiry).
+NOT_RIGHTS = {"sub", "expires_at"}
+
+
+@pytest.mark.parametrize("field", sorted(set(Principal.model_fields) - NOT_RIGHTS))
 def test_every_claim_but_the_sub_is_in_the_fingerprint(field: str) -> None:
     other: dict[str, object] = {
         "email": "ben@x.example", "tenant": "t2", "roles": ("r",),
@@ -234,3 +238,11 @@ def test_every_claim_but_the_sub_is_in_the_fingerprint(field: str) -> None:
     changed = Principal.model_validate({**dict(ANA), field: other[field]})
     assert acl_fingerprint(changed) != acl_fingerprint(ANA)
     assert key(KEYWORD, changed) != key(KEYWORD)
+
+
+def test_two_tokens_of_one_caller_share_the_cache_whatever_their_expiry() -> None:
+    # The expiry grants nothing, so it must not split the cache either (nor open a way to
+    # make one's own entries by minting short tokens): it is left out of the fingerprint.
+    soon = Principal.model_validate({**dict(ANA), "expires_at": "2030-01-01T00:00:00Z"})
+    later = Principal.model_validate({**dict(ANA), "expires_at": "2031-01-01T00:00:00Z"})
+    assert acl_fingerprint(soon) == acl_fingerprint(later) == acl_fingerprint(ANA)

@@ -108,9 +108,15 @@ def test_good_tokens_of_every_key_type_are_accepted(
         assert verified.principal == Principal(
             sub="ana", email="ana@bank.example", tenant="bank", roles=("analyst",),
             doc_entitlements=("policy:read",), clearance=Classification.CONFIDENTIAL,
+            expires_at=verified.expires_at,
         )  # fmt: skip
         assert verified.kid == kid and verified.issuer == ISSUER
         assert verified.expires_at == datetime.fromtimestamp(int(made["exp"].timestamp()), UTC)
+
+
+def until(principal: Principal, expires_at: datetime) -> Principal:
+    """``principal`` as a token expiring at ``expires_at`` carries it (the claims end then)."""
+    return principal.model_copy(update={"expires_at": expires_at})
 
 
 def matrix(rsa_key: Any, ec_key: Any) -> dict[str, tuple[str, str]]:
@@ -371,7 +377,7 @@ def test_dev_tokens_verify_only_when_on_and_only_from_the_dev_key(
     secret = deployment / "keys" / "dev-token-secret"
     assert secret.stat().st_mode & 0o777 == 0o600
     verifier = TokenVerifier(settings, dev_keys=[dev_key(settings, create=False)])
-    assert verifier.verify(token).principal == ANA
+    assert verifier.verify(token).principal == until(ANA, verifier.verify(token).expires_at)
     # Off: the same token is refused (no key for its kid), and none can be signed.
     off = TokenVerifier(settings_for(deployment))
     with pytest.raises(AuthError) as info:
@@ -383,7 +389,7 @@ def test_dev_tokens_verify_only_when_on_and_only_from_the_dev_key(
     # the dev issuer.
     both = TokenVerifier(settings_for(deployment, dev_tokens=True),
                          dev_keys=[dev_key(settings, create=False)])  # fmt: skip
-    assert both.verify(token).principal == ANA
+    assert both.verify(token).principal == until(ANA, both.verify(token).expires_at)
     forged = jwt.encode(claims(iss=ISSUER), secret.read_bytes().strip(), algorithm="HS256",
                         headers={"kid": "govrag-dev"})  # fmt: skip
     with pytest.raises(AuthError) as info:

@@ -6,78 +6,40 @@ its rights allow."""
 from __future__ import annotations
 
 import importlib
-import json
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
+from serving import bank, bearer, serving
 
 import govrag
-from govrag.server import create_app
 
-RECORDS = [
-    {"type": "identity", "email": "ana@bank.example", "source_system": "sp", "account_id": "S-1"},
-    {"type": "identity", "email": "ben@bank.example", "source_system": "sp", "account_id": "S-2"},
-    {"type": "document", "source_system": "sp", "external_id": "wire-limits", "corpus": "policy",
-     "title": "Wire transfer limits", "classification": "internal", "acl": ["S-1"],
-     "text": "The EU corporate wire limit is EUR 50,000 per day."},
-    {"type": "document", "source_system": "sp", "external_id": "card-fees", "corpus": "policy",
-     "title": "Card fees", "classification": "internal", "acl": ["S-2"],
-     "text": "Debit cards carry no annual fee."},
-]  # fmt: skip
-PRINCIPALS = {"principals": [
-    {"sub": "ana", "email": "ana@bank.example", "tenant": "bank", "clearance": "internal",
-     "doc_entitlements": ["policy:read"]},
-    {"sub": "ben", "email": "ben@bank.example", "tenant": "bank", "clearance": "internal",
-     "doc_entitlements": ["policy:read"]},
-    {"sub": "zed", "email": "zed@other.example", "tenant": "other", "clearance": "internal",
-     "doc_entitlements": ["policy:read"]},
-]}  # fmt: skip
 REFUSED = {"type": "https://govrag.dev/problems/unauthorized", "title": "Unauthorized",
            "status": 401, "detail": "invalid or missing bearer token"}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[govrag.Govrag]:
-    root = tmp_path_factory.mktemp("http") / "bank"
-    govrag.init(root, tenant="bank", corpora=["policy"])
-    (root / "principals.json").write_text(json.dumps(PRINCIPALS))
-    feed = root / "feed.jsonl"
-    feed.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
-    with govrag.open(root, auth={"dev_tokens": True, "tenants": ["bank", "other"]}) as opened:
+    feed = bank(tmp_path_factory.mktemp("http") / "bank")
+    with govrag.open(
+        feed.parent, auth={"dev_tokens": True, "tenants": ["bank", "other"]}
+    ) as opened:
         assert opened.ingest(feed).ok
         yield opened
 
 
 @pytest.fixture(scope="module")
 def url(app: govrag.Govrag) -> Iterator[str]:
-    server = uvicorn.Server(uvicorn.Config(create_app(app), host="127.0.0.1", port=0,
-                                           log_level="warning", lifespan="off"))  # fmt: skip
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60  # a bound on start-up, not a timing assertion
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(30)
+    with serving(app) as base:
+        yield base
 
 
 @pytest.fixture(scope="module")
 def client(url: str) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=url, timeout=60) as c:
         yield c
-
-
-def bearer(app: govrag.Govrag, sub: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {app.dev_token(sub)}"}
 
 
 def doc_ids(body: dict[str, Any]) -> set[str]:

@@ -138,6 +138,7 @@ def _call(store: KnowledgeStore, name: str) -> Any:
         "put_group": lambda: store.put_group(t, "sp", "G", ["A"]),
         "put_identity": lambda: store.put_identity(t, "cy@x.example", "sp", "C"),
         "rebuild_index": lambda: store.rebuild_index(t),
+        "schema_version": lambda: store.schema_version(),
         "record_access": lambda: store.record_access(t, [("sp", "secret")]),
         "record_incident": lambda: store.record_incident(t, "probe", {}),  # type: ignore[attr-defined]
         "remove_identity": lambda: store.remove_identity(t, "cy@x.example", "sp", "C"),

@@ -157,23 +157,38 @@ class GovernedSearch:
             principal, request_id=request_id, route_id=route_id, session_id=session_id
         )
         with self.trail(principal, session, request_id) as where:
-            route = self.route_of(session)
-            action = self.retrieve_action(route)
+            action = self.retrieve_action(self.route_of(session))
             targets = corpora if corpora is not None else session.retrieval.scope
-            done: list[tuple[CorpusDecision, ContextPack | None]] = []
-            where["stage"] = "retrieve"
-            for corpus in dict.fromkeys(targets):  # each corpus once, in the caller's order
-                proposal = Proposal(tool=RETRIEVE_TOOL, action=action, corpus=corpus, query=query)
-                done.append(self.retrieve(principal, session, proposal, request, request_id))
-            packs = [p for _, p in done if p is not None]
-            memory = self.memory(principal, session, request, done, request_id)
-            if memory is not None:
-                packs.append(memory)
-            where["stage"] = "validation"
-            report, packs = self.validate(principal, query, packs, session,
-                                          [d for d, _ in done], request_id)  # fmt: skip
-            return _merge(request, request_id, session, [d for d, _ in done], packs, report,
-                          self.pep.markers.max_contacts)  # fmt: skip
+            proposals = [
+                Proposal(tool=RETRIEVE_TOOL, action=action, corpus=corpus, query=query)
+                for corpus in dict.fromkeys(targets)
+            ]  # each once, in the caller's order
+            return self.run(principal, session, request, proposals, request_id, where)
+
+    def run(
+        self,
+        principal: Principal,
+        session: Session,
+        request: SearchRequest,
+        proposals: Sequence[Proposal],
+        request_id: str,
+        where: dict[str, str],
+    ) -> GovernedResult:
+        """Inside a request's trail (``where`` is its stage): each proposal PEP-gated and
+        searched after its ALLOW, the session memory when eligible, then the validation gate
+        over the packs, merged into the caller's result."""
+        where["stage"] = "retrieve"
+        done = [self.retrieve(principal, session, p, request, request_id) for p in proposals]
+        packs = [p for _, p in done if p is not None]
+        memory = self.memory(principal, session, request, done, request_id)
+        if memory is not None:
+            packs.append(memory)
+        where["stage"] = "validation"
+        decisions = [d for d, _ in done]
+        report, packs = self.validate(principal, request.query, packs, session, decisions,
+                                      request_id)  # fmt: skip
+        return _merge(request, request_id, session, decisions, packs, report,
+                      self.pep.markers.max_contacts)  # fmt: skip
 
     def trail(
         self, principal: Principal, session: Session, request_id: str

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from functools import partial
 from typing import Any
 
 from govrag.agent import prompts
@@ -27,6 +26,7 @@ from govrag.agent.limits import RequestLimits
 from govrag.agent.llm import Message, ToolCall
 from govrag.agent.retrieve import GovernedSearch
 from govrag.agent.run import Run, ToolExecutor, denied_or
+from govrag.agent.tool_calls import Catalog, list_corpora, listing_json
 from govrag.audit.events import ProposalEvent
 from govrag.audit.trail import recorded, safe_text
 from govrag.errors import InputError
@@ -34,9 +34,6 @@ from govrag.policy.pep import Proposal
 from govrag.routes.models import Tool
 from govrag.routes.payload import check_proposal, offered_tools, tool_schemas
 from govrag.types import PackChunk
-
-#: ``tenant -> [(corpus id, description)]``: what ``list_corpora`` may describe.
-Catalog = Callable[[str], list[tuple[str, str]]]
 
 
 class Steps:
@@ -183,24 +180,10 @@ class Steps:
     def _list_corpora(self, run: Run, tool: Tool) -> str:
         """The route's corpora the caller may list, each its own decision; a corpus the PDP
         denies is not named at all."""
-        catalog: list[dict[str, str]] = []
-
-        def describe(corpus: str) -> str:
-            if not catalog:  # read once, and only after an ALLOW
-                catalog.append(dict(self.catalog(run.principal.tenant)))
-            return catalog[0].get(corpus, "")
-
-        listed = []
-        for corpus in run.session.retrieval.scope:
-            proposal = Proposal(tool=tool.name, action=tool.pdp_action, corpus=corpus,
-                                kind="list")  # fmt: skip
-            decision, about = self.governed.run_tool(
-                run.principal, run.session, proposal, partial(describe, corpus), run.request_id
-            )
-            run.decisions.append(decision)
-            if about is not None:
-                listed.append({"corpus": corpus, "description": about})
-        return json.dumps({"corpora": listed})
+        entries, decisions = list_corpora(self.governed, self.catalog, run.principal,
+                                          run.session, tool, run.request_id)  # fmt: skip
+        run.decisions.extend(decisions)
+        return listing_json(entries)
 
     @staticmethod
     def _document(run: Run, arguments: dict[str, Any]) -> PackChunk:

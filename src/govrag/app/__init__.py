@@ -1,22 +1,25 @@
 """The application API (``govrag.open``): see ``api.py``."""
 
 from govrag.app.api import (
-    ConfigCheck,
     Govrag,
-    SessionInfo,
     evaluate_beir,
     init,
     local_principal,
     open,
 )
 from govrag.app.ingest import IngestOutcome, ProgressFactory
+from govrag.app.records import ConfigCheck, Memory, Readiness, SessionInfo
 from govrag.harvest.sources import SourceStatus, SourceSync
+from govrag.writeback.models import AdmissionGate
 
 __all__ = [
+    "AdmissionGate",
     "ConfigCheck",
     "Govrag",
     "IngestOutcome",
+    "Memory",
     "ProgressFactory",
+    "Readiness",
     "SessionInfo",
     "SourceStatus",
     "SourceSync",

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +27,7 @@ from govrag.app.ingest import (
     ProgressFactory,
     run_ingest,
 )
+from govrag.app.records import ConfigCheck, Memory, Readiness, SessionInfo
 from govrag.deployment import (
     Deployment,
     auth_problems,
@@ -40,59 +40,19 @@ from govrag.harvest.sources import SourceStatus, list_sources
 from govrag.settings import Settings, load_settings
 from govrag.types import MetadataFilter, Principal, Strategy, VerifiedToken
 
+#: The role a token must carry to replay requests and verify the audit log over an edge.
+EXAMINER_ROLE = "examiner"
+
 if TYPE_CHECKING:
     from govrag.agent.answer import Answer
     from govrag.agent.retrieve import GovernedResult
+    from govrag.agent.tool_calls import CorpusListing, DocumentListing
     from govrag.audit import Replay
     from govrag.audit.anchor import AuditVerification, CheckpointRun
     from govrag.harvest.kinds import ConnectorKind
-    from govrag.problems import Problem
-    from govrag.routes.config import DeploymentConfig
-    from govrag.routes.session import Session
     from govrag.store.curation import CurationReport
     from govrag.store.records import IndexReport
     from govrag.writeback.models import AdmissionResult, WriteBackCandidate
-
-
-@dataclass(frozen=True)
-class SessionInfo:
-    """A session as its principal may see it: the route it is pinned to and that route's
-    retrieval mode and scope (fixed for the session's life)."""
-
-    session_id: str
-    sub: str
-    route_id: str
-    mode: str
-    scope: tuple[str, ...]
-    route_table_version: str
-
-    @classmethod
-    def of(cls, session: Session) -> SessionInfo:
-        r = session.retrieval
-        return cls(session.session_id, session.principal.sub, session.route_id, r.mode,
-                   tuple(r.scope), session.route_table_version)  # fmt: skip
-
-
-@dataclass(frozen=True)
-class ConfigCheck:
-    """Every problem of the deployment's routes, manifests, workflows and policies at once."""
-
-    problems: list[Problem]
-    config: DeploymentConfig | None
-
-    @property
-    def ok(self) -> bool:
-        """``True`` when no problem is an error (warnings allowed)."""
-        return not any(not p.warning for p in self.problems)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "problems": [vars(p) | {"severity": "warning" if p.warning else "error"}
-                         for p in self.problems],
-            "routes": sorted(self.config.routes) if self.config else [],
-            "route_table_version": self.config.route_table_version if self.config else None,
-        }  # fmt: skip
 
 
 class Govrag:
@@ -212,6 +172,54 @@ class Govrag:
         :class:`NotFoundError` (sessions are not enumerable)."""
         return SessionInfo.of(self._dep.sessions.resume(principal, session_id))
 
+    def retrieve(
+        self,
+        principal: Principal,
+        tool: str,
+        arguments: Any,
+        *,
+        route: str | None = None,
+        session: str | None = None,
+        strategy: Strategy | None = None,
+        top_k: int | None = None,
+    ) -> GovernedResult:
+        """A retrieve tool call your own model proposed (``tool`` of the route's manifest,
+        ``arguments`` checked against its JSON schema): audited, PEP-gated, the pack validated
+        (:mod:`govrag.agent.tool_calls`). Identity, tenant and route never come from
+        ``arguments``."""
+        s = self.settings.search
+        return self._dep.tools.retrieve(
+            principal,
+            tool,
+            arguments,
+            route_id=route,
+            session_id=session,
+            strategy=strategy or s.default_strategy,
+            top_k=s.default_top_k if top_k is None else top_k,
+        )
+
+    def corpora(
+        self, principal: Principal, *, route: str | None = None, session: str | None = None
+    ) -> CorpusListing:
+        """The corpora of the route's scope ``principal`` may list (each a PEP decision; a
+        denied one is not named), with their descriptions."""
+        return self._dep.tools.corpora(principal, route_id=route, session_id=session)
+
+    def document(
+        self,
+        principal: Principal,
+        source_system: str,
+        external_id: str,
+        *,
+        route: str | None = None,
+        session: str | None = None,
+    ) -> DocumentListing:
+        """A document's metadata (never its text), only when ``principal`` may read it, the
+        PEP allows its corpus on the route and its source confirms the right; anything else
+        is the same :class:`NotFoundError`."""
+        return self._dep.tools.document(principal, source_system, external_id, route_id=route,
+                                        session_id=session)  # fmt: skip
+
     def click(self, principal: Principal, source_system: str, external_id: str) -> None:
         """Count a click on a document's source (the access counter's other signal), only for
         a document ``principal`` may read in a corpus the policy gate lets it retrieve;
@@ -221,9 +229,10 @@ class Govrag:
         from govrag.types import Retrieval
 
         store = self._dep.store
-        corpus = store.readable_corpus(principal, source_system, external_id)
+        document = store.readable_document(principal, source_system, external_id)
         verdict = "DENY"
-        if corpus is not None:
+        if document is not None:
+            corpus = document.corpus
             # A click is a proposal like any other: decided and audited before it counts.
             proposal = Proposal(tool="click", action=RETRIEVE_TOOL, corpus=corpus,
                                 query=f"{source_system}:{external_id}")  # fmt: skip
@@ -249,7 +258,41 @@ class Govrag:
         is audited."""
         return self._dep.writeback.admit(candidate)
 
+    def remember(self, agent: Principal, session: str, memory: Memory) -> AdmissionResult:
+        """Offer ``memory`` to the write-back store for ``agent``'s own ``session``: the
+        writer is the verified caller (its ``sub`` must be on ``[writeback] allowed_agents``),
+        the scope its tenant and session; nothing in ``memory`` names either."""
+        from govrag.writeback.models import RetrievalScope, WriteBackCandidate
+
+        own = self._dep.sessions.resume(agent, session)  # someone else's: NotFoundError
+        candidate = WriteBackCandidate(
+            scope=RetrievalScope(tenant=agent.tenant, session=own.session_id),
+            source_turn_id=memory.source_turn_id,
+            agent_id=agent.sub,
+            gate=memory.gate,
+            content=memory.content,
+            confidence=memory.confidence,
+            expires_at=memory.expires_at,
+            supersedes=memory.supersedes,
+        )
+        return self.writeback_admit(candidate)
+
     # -- the examiner -----------------------------------------------------------------------
+
+    def examiner_replay(self, examiner: Principal, request_id: str) -> Replay:
+        """:meth:`replay` for a caller with the ``examiner`` role, in its own tenant. For
+        anyone else the request is as absent as one that never ran (one
+        :class:`NotFoundError`): the audit log is not a way to learn what others asked."""
+        if EXAMINER_ROLE not in examiner.roles:
+            raise NotFoundError(f"no request {request_id!r} to replay")
+        return self.replay(request_id, tenant=examiner.tenant)
+
+    def examiner_audit_verify(self, examiner: Principal) -> AuditVerification:
+        """:meth:`audit_verify` of the caller's own tenant, for the ``examiner`` role only
+        (anyone else: :class:`NotFoundError`)."""
+        if EXAMINER_ROLE not in examiner.roles:
+            raise NotFoundError("no audit verification for this caller")
+        return self.audit_verify(examiner.tenant)
 
     def replay(self, request_id: str, *, tenant: str | None = None) -> Replay:
         """Rebuild one request from the audit log alone."""
@@ -290,6 +333,21 @@ class Govrag:
         return path, generate_key(path)
 
     # -- operations -------------------------------------------------------------------------
+
+    def readiness(self) -> Readiness:
+        """Can this deployment answer now? Its store reachable with the schema this code
+        reads, its routes and manifests loaded, its policy engines loaded. Never raises: a
+        failed check says why (for the operator's log)."""
+        checks: dict[str, str | None] = {}
+        dep = self._dep
+        probes = {"store": dep.schema_problem, "routes": dep.routes_problem,
+                  "policy": dep.policy_problem}  # fmt: skip
+        for name, probe in probes.items():
+            try:
+                checks[name] = probe()
+            except Exception as exc:
+                checks[name] = f"{type(exc).__name__}: {exc}"
+        return Readiness(checks)
 
     def _tenants(self, tenant: str | None) -> list[str]:
         """``[tenant]``, or every tenant the store holds (for the operator use cases; not

@@ -97,12 +97,10 @@ class TokenVerifier:
             )  # fmt: skip
         except jwt.InvalidTokenError as exc:
             raise AuthError(_fault(exc), f"{type(exc).__name__}: {exc}") from exc
-        principal = self._principal(claims)
+        expires_at = _expiry(claims["exp"])
+        principal = self._principal(claims).model_copy(update={"expires_at": expires_at})
         return VerifiedToken(
-            principal=principal,
-            issuer=str(claims["iss"]),
-            kid=key.kid,
-            expires_at=_expiry(claims["exp"]),
+            principal=principal, issuer=str(claims["iss"]), kid=key.kid, expires_at=expires_at
         )
 
     def _key_for(self, header: dict[str, Any]) -> VerifyingKey:

@@ -40,8 +40,9 @@ BypassHook = Callable[[Principal, SearchRequest], bool]
 
 
 #: Claims the store's access resolution never reads: two subs with the same email, tenant,
-#: clearance, roles and entitlements are resolved to the same rights, so they share entries.
-_NOT_ACCESS_CLAIMS = frozenset({"sub"})
+#: clearance, roles and entitlements are resolved to the same rights, so they share entries
+#: (and so do two tokens of one caller that expire at different times).
+_NOT_ACCESS_CLAIMS = frozenset({"sub", "expires_at"})
 
 
 def _canonical(value: object) -> str:

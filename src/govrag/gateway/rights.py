@@ -102,7 +102,7 @@ class RightsTrim:
                 docs.append(hit.doc_id)
         verdicts: dict[str, RightsCheck] = {}
         for source_system, doc_ids in sorted(by_source.items()):
-            verdicts[source_system] = self._check(principal, source_system, doc_ids)
+            verdicts[source_system] = self.check(principal, source_system, doc_ids)
         kept: list[SearchHit] = []
         reasons: dict[str, int] = {}
         counts: dict[str, list[int]] = {ss: [0, 0] for ss in by_source}
@@ -128,7 +128,14 @@ class RightsTrim:
         withheld = Withheld(count=sum(reasons.values()), reasons=dict(sorted(reasons.items())))
         return kept, withheld, summaries
 
-    def _check(self, principal: Principal, source_system: str, doc_ids: list[str]) -> RightsCheck:
+    def confirms(self, principal: Principal, source_system: str, doc_id: str) -> bool:
+        """Whether the source system confirms, now, that the caller may read ``doc_id``."""
+        verdict = self.check(principal, source_system, [doc_id])
+        return doc_id in verdict.confirmed and doc_id not in verdict.denied
+
+    def check(self, principal: Principal, source_system: str, doc_ids: list[str]) -> RightsCheck:
+        """The source system's answer for ``doc_ids``; a checker that raises or answers
+        something else denies them all (fail closed)."""
         checker = self.checker(source_system)
         try:
             verdict = checker.check(principal, source_system, doc_ids)

@@ -99,6 +99,11 @@ class CedarPDP:
             log.error(self._error)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="govrag-pdp")
 
+    @property
+    def problem(self) -> str | None:
+        """Why this PDP denies everything (its bundle did not parse), else ``None``."""
+        return self._error or None
+
     def decide(self, request: SaracRequest) -> Decision:
         """ALLOW or DENY with a reason; never raises."""
         if self._error:

@@ -24,6 +24,7 @@ from govrag.audit.trail import recorded
 from govrag.errors import InputError, NotFoundError
 from govrag.routes.config import DeploymentConfig
 from govrag.routes.models import Route
+from govrag.store.clock import iso, now_iso
 from govrag.store.protocol import KnowledgeStore
 from govrag.types import Principal, Retrieval
 
@@ -40,6 +41,8 @@ class Session:
     #: Pinned at session start; never changes for the session's life.
     retrieval: Retrieval
     route_table_version: str
+    #: When the session ends (the opening token's expiry, store format); ``None``: never.
+    expires_at: str | None = None
 
 
 def select_route(
@@ -103,10 +106,11 @@ class Sessions:
             route_id=route.route_id,
             retrieval=PinnedRetrieval(mode=route.retrieval.mode, scope=route.retrieval.scope),
             route_table_version=self.config.route_table_version,
+            token_exp=iso(principal.expires_at) if principal.expires_at else None,
         )
         self.store.create_session(principal.tenant, session_id, pin, request_id=request_id)
         return Session(session_id, principal, route.route_id, route.retrieval,
-                       self.config.route_table_version)  # fmt: skip
+                       self.config.route_table_version, pin.token_exp)  # fmt: skip
 
     def resume(self, principal: Principal, session_id: str) -> Session:
         """The session as pinned (in any process); only its own principal may resume it."""
@@ -114,9 +118,13 @@ class Sessions:
         if row is None or row.sub != principal.sub:
             # The same answer for "absent" and "someone else's": sessions are not enumerable.
             raise NotFoundError(f"no session {session_id!r} for this principal")
+        if row.expires_at is not None and row.expires_at <= now_iso():
+            # A session outlives no token: a fresh token does not revive it.
+            raise NotFoundError(f"session {session_id!r} ended at {row.expires_at}, when the "
+                                "token that opened it expired; open a new session")  # fmt: skip
         retrieval = Retrieval.model_validate(json.loads(row.retrieval_json))
         return Session(row.session_id, principal, row.route_id, retrieval,
-                       row.route_table_version)  # fmt: skip
+                       row.route_table_version, row.expires_at)  # fmt: skip
 
     def change(
         self,

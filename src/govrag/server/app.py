@@ -1,69 +1,34 @@
-"""The FastAPI application of one opened deployment: routes over the application API.
+"""The FastAPI application of one opened deployment: the ``/v1`` routes over the application
+API, liveness and readiness, and errors as problem documents.
 
-Every route under ``/v1`` needs a bearer token; :func:`create_app` verifies it with
-``Govrag.verify_token`` before the handler runs, and the handler passes the verified
-:class:`~govrag.types.Principal` to exactly one use case of the API. Nothing here decides
-what a caller may see: the route, the policy gate, the store's ACL filter and the rights
-re-check all run inside the use case, as they do for the CLI.
-
-Handlers are plain functions: FastAPI runs them on its thread pool, and the API's store and
-policy engine are safe to share between threads.
+Every route under ``/v1`` needs a bearer token (:mod:`govrag.server.caller`); the routes
+themselves are in :mod:`govrag.server.routes`, one use case each. ``/healthz`` says the
+process answers; ``/readyz`` says the deployment can (store reachable with the schema this
+code reads, routes and policies loaded), without saying why not to an unauthenticated caller.
 """
 
 from __future__ import annotations
 
 import logging
 import secrets
-from typing import Annotated, Any
 
-from govrag.errors import AuthError, GovragError, MissingExtraError
+from govrag.errors import GovragError, MissingExtraError
 
 try:
-    from fastapi import Depends, FastAPI, Request
+    from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
-    from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
     from starlette.exceptions import HTTPException
 except ImportError as exc:  # pragma: no cover - exercised by the missing-extra test
     raise MissingExtraError(getattr(exc, "name", None) or "fastapi", "server",
                             "The HTTP server") from exc  # fmt: skip
 
 from govrag.app import Govrag
-from govrag.server.bodies import AskBody, SearchBody
-from govrag.server.problems import MEDIA_TYPE, from_error, problem
-from govrag.types import Principal
+from govrag.server.problems import from_error, problem
+from govrag.server.responses import Health, Ready
+from govrag.server.routes import router
 
 log = logging.getLogger("govrag.server")
-
-_bearer = HTTPBearer(auto_error=False, description="A JWT from the identity provider "
-                     "configured in [auth] (docs/auth.md).")  # fmt: skip
-_PROBLEM = {"content": {MEDIA_TYPE: {}}, "description": "A problem document (RFC 9457)."}
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    400: _PROBLEM,
-    401: _PROBLEM,
-    404: _PROBLEM,
-    500: _PROBLEM,
-    502: _PROBLEM,
-    503: _PROBLEM,
-}
-
-
-def _principal(
-    request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> Principal:
-    """The caller: the verified claims of its bearer token, or a 401 (every reason alike)."""
-    govrag: Govrag = request.app.state.govrag
-    if len(request.headers.getlist("authorization")) > 1:
-        # Which one counts would be this server's guess, and a proxy in front may guess the
-        # other way: a request carrying two is refused like one carrying a bad token.
-        raise AuthError("malformed", "more than one Authorization header")
-    return govrag.verify_token(credentials.credentials if credentials else None).principal
-
-
-#: A handler parameter of this type is the verified caller (module level: FastAPI resolves
-#: the handlers' annotations here).
-Caller = Annotated[Principal, Depends(_principal)]
 
 
 def create_app(govrag: Govrag) -> FastAPI:
@@ -108,24 +73,20 @@ def create_app(govrag: Govrag) -> FastAPI:
         return problem(500, "internal", "Internal error", request_id=request_id)
 
     @api.get("/healthz", tags=["operations"], summary="Liveness: the process answers.")
-    def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    def healthz() -> Health:
+        return Health()
 
-    @api.post("/v1/search", tags=["retrieval"], responses=_ERRORS,
-              summary="A governed search: PEP-gated and audited per corpus.")  # fmt: skip
-    def search(body: SearchBody, caller: Caller) -> dict[str, Any]:
-        result = govrag.search(caller, body.query, corpora=body.corpora, route=body.route,
-                               session=body.session, strategy=body.strategy,
-                               top_k=body.top_k, filters=body.filters)  # fmt: skip
-        return result.as_dict()
+    @api.get("/readyz", tags=["operations"], responses={503: {"model": Ready}},
+             summary="Readiness: store, schema, routes and policies.")  # fmt: skip
+    def readyz() -> JSONResponse:
+        readiness = govrag.readiness()
+        if not readiness.ready:
+            failed = {k: v for k, v in readiness.checks.items() if v is not None}
+            log.error("not ready: %s", failed)
+        body = Ready.model_validate(readiness.as_dict())
+        return JSONResponse(body.model_dump(mode="json"), status_code=200 if body.ready else 503)
 
-    @api.post("/v1/ask", tags=["retrieval"], responses=_ERRORS,
-              summary="A grounded answer with citations, or an abstention.")  # fmt: skip
-    def ask(body: AskBody, caller: Caller) -> dict[str, Any]:
-        answer = govrag.ask(caller, body.question, route=body.route, session=body.session,
-                            text=body.text)  # fmt: skip
-        return answer.as_dict()
-
+    api.include_router(router)
     return api
 
 

@@ -7,10 +7,18 @@ only narrow what the caller's rights already allow).
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+)
 
+from govrag.app import AdmissionGate
 from govrag.types import MetadataFilter, Strategy
 
 #: Longest query or question accepted over HTTP (a deployment's own limits may be lower).
@@ -74,3 +82,44 @@ class AskBody(Body):
     session: Name | None = None
     #: Material to work on; never evidence, never cited.
     text: str | None = Field(default=None, max_length=200_000)
+
+
+class RetrieveBody(Body):
+    """A tool call your own model proposed: a retrieve tool of the route's manifest and its
+    arguments, checked against the tool's JSON schema."""
+
+    tool: Name = Field(examples=["retrieve_documents"])
+    #: Checked against the tool's schema (and bounded: see docs/serving.md); never identity.
+    arguments: dict[str, Any] = Field(examples=[{"query": "wire limit", "corpus": "policy"}])
+    route: Name | None = None
+    session: Name | None = None
+    strategy: Strategy | None = None
+    top_k: int | None = Field(default=None, ge=1, le=100)
+
+
+class SessionBody(Body):
+    """Open a session: on ``route``, or the route whose intent matches ``intent``, or the
+    deployment's default route (never chosen from a prompt)."""
+
+    route: Name | None = Field(default=None, examples=["retail-faq"])
+    intent: Name | None = None
+
+
+class ClickBody(Body):
+    """A click on a document's source link (counted only for a document you may read)."""
+
+    source_system: Name = Field(examples=["sharepoint"])
+    external_id: Name = Field(examples=["wire-limits"])
+
+
+class MemoryBody(Body):
+    """Memory a writer (the verified caller, on ``[writeback] allowed_agents``) offers for
+    one of its own sessions."""
+
+    session: Name
+    source_turn_id: Name
+    gate: AdmissionGate = Field(examples=["USER_CONFIRMED"])
+    content: str = Field(min_length=1, max_length=16_384)
+    confidence: float = Field(ge=0.0, le=1.0, allow_inf_nan=False)
+    expires_at: AwareDatetime
+    supersedes: Name | None = None

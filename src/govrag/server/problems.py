@@ -28,6 +28,15 @@ log = logging.getLogger("govrag.server")
 MEDIA_TYPE = "application/problem+json"
 TYPE_BASE = "https://govrag.dev/problems/"
 
+_PROBLEM: dict[str, Any] = {
+    "content": {MEDIA_TYPE: {}},
+    "description": "A problem document (RFC 9457); `type` is a code of docs/serving.md.",
+}
+#: The error responses every ``/v1`` route may give, for the OpenAPI schema.
+ERRORS: dict[int | str, dict[str, Any]] = {
+    status: _PROBLEM for status in (400, 401, 404, 413, 429, 500, 502, 503)
+}
+
 #: (error class, status, type code), most specific first.
 _MAPPING: list[tuple[type[GovragError], int, str]] = [
     (AuthError, 401, "unauthorized"),

@@ -33,6 +33,11 @@ class CatalogueRepository:
     def tenants(self) -> list[str]:
         return list_tenants(self._db)
 
+    def schema_version(self) -> int:
+        """The newest migration applied to the database (by any process that opened it)."""
+        rows = self._db.q("", "SELECT COALESCE(MAX(version), 0) FROM schema_migrations")
+        return int(rows[0][0])
+
     def list_corpora(self, tenant: str) -> list[tuple[str, str]]:
         """(corpus id, description) of a tenant's corpora."""
         rows = self._db.q(

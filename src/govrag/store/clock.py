@@ -5,5 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 
+def iso(moment: datetime) -> str:
+    """``moment`` (timezone-aware) in the store's format."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def now_iso() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return iso(datetime.now(UTC))

@@ -27,7 +27,7 @@ from govrag.store.dialect import Dialect
 from govrag.store.records import DocumentWrite, IndexReport, StoredHashes
 from govrag.store.search import SearchBackend, SearchConfig
 from govrag.store.sessions import PinRecord, SessionRow
-from govrag.types import Principal, SearchRequest, SearchResult
+from govrag.types import DocumentInfo, Principal, SearchRequest, SearchResult
 
 
 class Store:
@@ -101,10 +101,10 @@ class Store:
     ) -> set[str]:
         return self._parts.reads.readable_documents(principal, source_system, external_ids)
 
-    def readable_corpus(
+    def readable_document(
         self, principal: Principal, source_system: str, external_id: str
-    ) -> str | None:
-        return self._parts.reads.readable_corpus(principal, source_system, external_id)
+    ) -> DocumentInfo | None:
+        return self._parts.reads.readable_document(principal, source_system, external_id)
 
     def is_empty_for(self, principal: Principal, corpora: Sequence[str]) -> bool:
         return self._parts.reads.is_empty_for(principal, corpora)
@@ -219,6 +219,9 @@ class Store:
     # -- tenants, corpora, counts, incidents (StoreAdmin) -----------------------------------
     def tenants(self) -> list[str]:
         return self._parts.catalogue.tenants()
+
+    def schema_version(self) -> int:
+        return self._parts.catalogue.schema_version()
 
     def list_corpora(self, tenant: str) -> list[tuple[str, str]]:
         return self._parts.catalogue.list_corpora(tenant)

@@ -18,7 +18,14 @@ from govrag.store.database import Database, json_list
 from govrag.store.derived import DerivedIndexes
 from govrag.store.search import resolve_corpora, run_search
 from govrag.store.search_primitives import SearchPrimitives
-from govrag.types import Principal, SearchRequest, SearchResult, Strategy
+from govrag.types import (
+    Classification,
+    DocumentInfo,
+    Principal,
+    SearchRequest,
+    SearchResult,
+    Strategy,
+)
 
 
 class ReadRepository:
@@ -74,12 +81,38 @@ class ReadRepository:
         """
         return set(self._readable(principal, source_system, external_ids))
 
-    def readable_corpus(
+    def readable_document(
         self, principal: Principal, source_system: str, external_id: str
-    ) -> str | None:
-        """The corpus of a document the caller may read now; ``None`` alike when it does not
-        exist and when it may not be read."""
-        return self._readable(principal, source_system, [external_id]).get(external_id)
+    ) -> DocumentInfo | None:
+        """A document the caller may read now, as metadata (never its text); ``None`` alike
+        when it does not exist and when it may not be read."""
+        scope = resolve_access(self._db, principal, (), every_corpus=True)
+        if not scope.tokens:
+            return None
+        rows = self._db.q(
+            scope.tenant,
+            self._db.dialect.sql(
+                "SELECT d.corpus_id, d.title, d.classification, d.updated_at, "
+                "(SELECT COUNT(*) FROM chunks c WHERE c.doc_id = d.doc_id) "
+                "FROM {texts} {pin} documents d "
+                "ON d.tenant_id = ? AND d.source_system = ? AND d.external_id = j.value "
+                "WHERE d.classification <= ? AND " + ACL_EXISTS
+            ),
+            (json_list([external_id]), scope.tenant, source_system, scope.ceiling,
+             token_pairs(scope)),
+        )  # fmt: skip
+        if not rows:
+            return None
+        corpus, title, classification, updated_at, chunks = rows[0]
+        return DocumentInfo(
+            source_system=source_system,
+            external_id=external_id,
+            corpus=str(corpus),
+            title=str(title),
+            classification=Classification(int(classification)),
+            updated_at=str(updated_at) if updated_at is not None else None,
+            chunks=int(chunks),
+        )
 
     def _readable(
         self, principal: Principal, source_system: str, external_ids: Sequence[str]

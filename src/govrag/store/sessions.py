@@ -26,6 +26,8 @@ class SessionRow:
     retrieval_json: str
     route_table_version: str
     created_at: str
+    #: When the session ends (its caller's token expiry, ISO 8601 UTC); ``None``: never.
+    expires_at: str | None = None
 
 
 class PinRecord(Protocol):
@@ -41,6 +43,8 @@ class PinRecord(Protocol):
     def route_id(self) -> str: ...
     @property
     def route_table_version(self) -> str: ...
+    @property
+    def token_exp(self) -> str | None: ...
     def payload(self) -> dict[str, Any]: ...
 
 
@@ -61,7 +65,7 @@ class SessionRepository:
         payload = pin.payload()
         row = SessionRow(tenant, session_id, pin.sub, pin.route_id,
                          canonical(payload.get("retrieval", {})), pin.route_table_version,
-                         now_iso())  # fmt: skip
+                         now_iso(), pin.token_exp)  # fmt: skip
         with self._db.audit_tx(tenant) as conn:
             ensure_tenant(conn, self._db.dialect, tenant)
             taken = conn.execute(
@@ -72,9 +76,9 @@ class SessionRepository:
                 raise InputError(f"session {session_id!r} already exists; open a new session")
             conn.execute(
                 "INSERT INTO sessions(tenant_id, session_id, sub, route_id, retrieval, "
-                "route_table_version, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "route_table_version, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (tenant, session_id, row.sub, row.route_id, row.retrieval_json,
-                 row.route_table_version, row.created_at),
+                 row.route_table_version, row.created_at, row.expires_at),
             )  # fmt: skip
             event = self._audit.append_event(
                 conn, tenant, pin.kind, payload, request_id, session_id
@@ -86,7 +90,7 @@ class SessionRepository:
         rows = self._db.q(
             tenant,
             "SELECT tenant_id, session_id, sub, route_id, retrieval, route_table_version, "
-            "created_at FROM sessions WHERE tenant_id = ? AND session_id = ?",
+            "created_at, expires_at FROM sessions WHERE tenant_id = ? AND session_id = ?",
             (tenant, session_id),
         )
         return SessionRow(*rows[0]) if rows else None

@@ -29,6 +29,9 @@ class RoutePinned(AuditEventBase):
     route_id: str
     retrieval: PinnedRetrieval
     route_table_version: str
+    #: When the caller's token expires (ISO 8601, UTC): the session ends then. Absent for a
+    #: caller without a token (the CLI's local principals).
+    token_exp: str | None = None
 
 
 class PinAttempt(Record):

@@ -1,0 +1,267 @@
+"""Tool calls from an agent govrag does not orchestrate: the route's tools, governed alike.
+
+An HTTP client or an MCP agent holds its own model; what it sends govrag is the proposal its
+model made (a tool name and arguments), never an identity, a tenant or a route change. Such a
+call gets exactly what govrag's own agent loop does with a model's proposal
+(:mod:`govrag.agent.steps`): the tool must be offered by the manifest of the session's pinned
+route and its arguments must validate against the tool's JSON schema
+(:func:`~govrag.routes.payload.check_proposal`); the proposal is audited (accepted or
+refused); the PEP decides it and commits its audit row before anything runs; a retrieve's
+packs pass the validation gate before they are handed out.
+
+- :meth:`CallerTools.retrieve`: a ``retrieve`` tool (one corpus, bound by the tool or named
+  in the arguments) -> the validated pack, the hidden-item marker, the decision;
+- :meth:`CallerTools.corpora`: the route's ``list`` tool: one decision per corpus of the
+  pinned scope, naming only the ALLOWed ones (a DENY is not even named);
+- :meth:`CallerTools.document`: the route's ``metadata`` tool on one document the caller may
+  read (stored ACL), decided on its corpus, then confirmed by the source's live rights check
+  (fail closed). Absent, unreadable, denied and unconfirmed are one :class:`NotFoundError`.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from govrag.agent.retrieve import CorpusDecision, GovernedResult, GovernedSearch
+from govrag.audit.events import ProposalEvent, write
+from govrag.audit.trail import recorded
+from govrag.errors import InputError, NotFoundError
+from govrag.policy.pep import Proposal
+from govrag.routes.models import Tool
+from govrag.routes.payload import CheckedProposal, check_proposal, offered_tools
+from govrag.routes.session import Session
+from govrag.types import DocumentInfo, Principal, SearchRequest, Strategy
+
+#: ``tenant -> [(corpus id, description)]``: what a ``list`` tool may describe.
+Catalog = Callable[[str], list[tuple[str, str]]]
+#: ``(principal, source system, external id) -> the document``, when the caller may read it
+#: (the store's governed read).
+ReadDocument = Callable[[Principal, str, str], DocumentInfo | None]
+#: ``(principal, source system, external id) -> confirmed?``: the source's live rights check,
+#: fail closed.
+ConfirmRight = Callable[[Principal, str, str], bool]
+
+
+@dataclass(frozen=True)
+class CorpusEntry:
+    corpus: str
+    description: str
+
+
+@dataclass(frozen=True)
+class CorpusListing:
+    request_id: str
+    session_id: str
+    route_id: str
+    #: The pinned scope's corpora the PEP let the caller list, in scope order.
+    corpora: tuple[CorpusEntry, ...]
+
+
+@dataclass(frozen=True)
+class DocumentListing:
+    request_id: str
+    session_id: str
+    route_id: str
+    document: DocumentInfo
+    decision: CorpusDecision
+
+
+def list_corpora(
+    governed: GovernedSearch,
+    catalog: Catalog,
+    principal: Principal,
+    session: Session,
+    tool: Tool,
+    request_id: str,
+) -> tuple[list[CorpusEntry], list[CorpusDecision]]:
+    """The session's scope as ``tool`` (a ``list`` tool) may show it: one PEP decision per
+    corpus, the catalogue read once and only after an ALLOW; a denied corpus is not named."""
+    described: list[dict[str, str]] = []
+
+    def describe(corpus: str) -> str:
+        if not described:
+            described.append(dict(catalog(principal.tenant)))
+        return described[0].get(corpus, "")
+
+    entries: list[CorpusEntry] = []
+    decisions: list[CorpusDecision] = []
+    for corpus in session.retrieval.scope:
+        proposal = Proposal(tool=tool.name, action=tool.pdp_action, corpus=corpus, kind="list")
+        decision, about = governed.run_tool(
+            principal, session, proposal, partial(describe, corpus), request_id
+        )
+        decisions.append(decision)
+        if about is not None:
+            entries.append(CorpusEntry(corpus, about))
+    return entries, decisions
+
+
+class CallerTools:
+    """The governed tools of a deployment's routes, for callers with a model of their own."""
+
+    def __init__(
+        self,
+        governed: GovernedSearch,
+        *,
+        catalog: Catalog,
+        read_document: ReadDocument,
+        confirm: ConfirmRight,
+    ) -> None:
+        self._governed = governed
+        self._catalog = catalog
+        self._read_document = read_document
+        self._confirm = confirm
+
+    def retrieve(
+        self,
+        principal: Principal,
+        tool: str,
+        arguments: Any,
+        *,
+        route_id: str | None = None,
+        session_id: str | None = None,
+        strategy: Strategy = Strategy.HYBRID,
+        top_k: int = 10,
+    ) -> GovernedResult:
+        """A ``retrieve`` tool proposal: checked, audited, PEP-gated, its pack validated."""
+        with self._call(principal, route_id, session_id) as (session, request_id, where):
+            checked = self._checked(principal, session, request_id, tool, arguments, "retrieve")
+            assert checked.corpus is not None  # check_proposal binds a retrieve's corpus
+            try:
+                request = SearchRequest(query=checked.query, strategy=strategy, top_k=top_k,
+                                        corpora=(checked.corpus,))  # fmt: skip
+            except ValueError as exc:  # an empty query the tool's schema let through
+                raise InputError(f"arguments of {tool!r}: query: give a non-empty query") from exc
+            proposal = Proposal(tool=checked.tool.name, action=checked.action,
+                                corpus=checked.corpus, query=checked.query)  # fmt: skip
+            return self._governed.run(principal, session, request, [proposal], request_id, where)
+
+    def corpora(
+        self, principal: Principal, *, route_id: str | None = None, session_id: str | None = None
+    ) -> CorpusListing:
+        """The route's ``list`` tool: the corpora of the pinned scope the caller may list."""
+        with self._call(principal, route_id, session_id) as (session, request_id, _):
+            tool = self._tool_of_kind(principal, session, request_id, "list")
+            entries, _ = list_corpora(self._governed, self._catalog, principal, session, tool,
+                                      request_id)  # fmt: skip
+            return CorpusListing(request_id, session.session_id, session.route_id, tuple(entries))
+
+    def document(
+        self,
+        principal: Principal,
+        source_system: str,
+        external_id: str,
+        *,
+        route_id: str | None = None,
+        session_id: str | None = None,
+    ) -> DocumentListing:
+        """The route's ``metadata`` tool on one document (see the module docstring)."""
+        with self._call(principal, route_id, session_id) as (session, request_id, _):
+            tool = self._tool_of_kind(principal, session, request_id, "metadata",
+                                      {"source_system": source_system,
+                                       "external_id": external_id})  # fmt: skip
+            absent = NotFoundError(
+                f"no document {source_system}:{external_id} that {principal.sub!r} may read "
+                "on this route"
+            )
+            info = self._read_document(principal, source_system, external_id)
+            if info is None:
+                raise absent
+            proposal = Proposal(tool=tool.name, action=tool.pdp_action, corpus=info.corpus,
+                                kind="metadata")  # fmt: skip
+            decision, confirmed = self._governed.run_tool(
+                principal,
+                session,
+                proposal,
+                lambda: self._confirm(principal, info.source_system, info.external_id),
+                request_id,
+            )
+            if not confirmed:
+                raise absent
+            return DocumentListing(request_id, session.session_id, session.route_id, info,
+                                   decision)  # fmt: skip
+
+    # -- the shared steps --------------------------------------------------------------------
+
+    @contextmanager
+    def _call(
+        self, principal: Principal, route_id: str | None, session_id: str | None
+    ) -> Iterator[tuple[Session, str, dict[str, str]]]:
+        """A request: its id, its session (opened on ``route_id`` or resumed), its trail."""
+        request_id = f"req-{secrets.token_hex(8)}"
+        session = self._governed.session(principal, request_id=request_id, route_id=route_id,
+                                         session_id=session_id)  # fmt: skip
+        with self._governed.trail(principal, session, request_id) as where:
+            where["stage"] = "proposal"
+            yield session, request_id, where
+
+    def _checked(
+        self,
+        principal: Principal,
+        session: Session,
+        request_id: str,
+        name: str,
+        arguments: Any,
+        kind: str,
+    ) -> CheckedProposal:
+        """``name(arguments)`` checked against the pinned route's offered tools of ``kind``
+        and audited as a proposal, accepted or refused."""
+        offered = [t for t in self._offered(session) if t.kind == kind]
+        try:
+            checked = check_proposal(offered, name, arguments)
+        except InputError as exc:
+            shown = arguments if isinstance(arguments, dict) else repr(arguments)
+            self._record(principal, session, request_id, ProposalEvent(
+                tool=recorded(name), accepted=False, error=recorded(str(exc)),
+                arguments=recorded(shown)))  # fmt: skip
+            raise
+        self._record(principal, session, request_id, ProposalEvent(
+            tool=name, accepted=True, arguments=recorded(checked.arguments),
+            corpus=checked.corpus))  # fmt: skip
+        return checked
+
+    def _tool_of_kind(
+        self,
+        principal: Principal,
+        session: Session,
+        request_id: str,
+        kind: str,
+        arguments: dict[str, str] | None = None,
+    ) -> Tool:
+        """The pinned route's tool of ``kind``, the call audited as its proposal; a route
+        that offers none refuses the call (audited too)."""
+        tool = next((t for t in self._offered(session) if t.kind == kind), None)
+        event = ProposalEvent(
+            tool=tool.name if tool else f"({kind})",
+            accepted=tool is not None,
+            arguments=recorded(arguments or {}),
+            error=None if tool else f"route {session.route_id!r} offers no {kind} tool",
+        )
+        self._record(principal, session, request_id, event)
+        if tool is None:
+            raise InputError(f"route {session.route_id!r} offers no {kind} tool in its "
+                             "manifest; use a route whose manifest has one")  # fmt: skip
+        return tool
+
+    def _offered(self, session: Session) -> list[Tool]:
+        route = self._governed.route_of(session)
+        manifest = self._governed.sessions.config.manifests.get(route.tool_manifest)
+        return offered_tools(manifest, session.retrieval)
+
+    def _record(
+        self, principal: Principal, session: Session, request_id: str, event: ProposalEvent
+    ) -> None:
+        write(self._governed.sessions.store, principal.tenant, event, request_id=request_id,
+              session_id=session.session_id)  # fmt: skip
+
+
+def listing_json(entries: list[CorpusEntry]) -> str:
+    """A ``list`` tool's observation for a model: the listed corpora as JSON."""
+    return json.dumps({"corpora": [{"corpus": e.corpus, "description": e.description}
+                                   for e in entries]})  # fmt: skip
