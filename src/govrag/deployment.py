@@ -284,7 +284,11 @@ class Deployment:
         """The routes' tools for callers with a model of their own (HTTP, MCP)."""
         return CallerTools(self.governed, catalog=self.store.list_corpora,
                            read_document=self.store.readable_document,
-                           confirm=self.rights.confirms)  # fmt: skip
+                           confirm=self.rights.confirms,
+                           count_click=self._count_click)  # fmt: skip
+
+    def _count_click(self, tenant: str, source_system: str, external_id: str) -> None:
+        self.store.record_access(tenant, [(source_system, external_id)], kind="click")
 
     @cached_property
     def sessions(self) -> Sessions:

@@ -220,3 +220,19 @@ def describe_validation(exc: Exception) -> str:
         else:
             parts.append(msg)
     return "; ".join(parts) or str(exc)
+
+
+def require_text(**named: str | None) -> None:
+    """Refuse a name or id that is not text before it reaches a store or a log: a lone
+    surrogate (no UTF-8 exists for it) or a NUL. Names the argument and the fix."""
+    for name, value in named.items():
+        if value is None:
+            continue
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = value.encode("utf-8", "backslashreplace").decode()[:80]
+            raise InputError(f"{name} {shown!r} is not valid text (a lone surrogate); pass "
+                             "UTF-8 text") from None  # fmt: skip
+        if "\x00" in value:
+            raise InputError(f"{name} contains a NUL character; remove it")

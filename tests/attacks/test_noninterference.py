@@ -35,7 +35,16 @@ from govrag.deployment import Deployment
 from govrag.harvest.records import Record
 from govrag.types import Classification, MetadataFilter, Principal, SearchRequest, Strategy
 
-from conftest import PG_APP_ROLE, doc, drop_pg_database, group, ident, load, new_pg_database
+from conftest import (
+    PG_APP_ROLE,
+    doc,
+    drop_pg_database,
+    examples,
+    group,
+    ident,
+    load,
+    new_pg_database,
+)
 
 VOCAB = ["wire", "limit", "risk", "credit", "model", "policy", "audit", "loan"]
 LEVELS = ["public", "internal", "confidential", "restricted"]
@@ -230,9 +239,9 @@ def open_deployment(root: Path, store: dict[str, Any]) -> Deployment:
     )
 
 
-def examples(n: int) -> settings:
+def deep(n: int) -> settings:
     return settings(
-        max_examples=n,
+        max_examples=examples(n),
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
@@ -254,13 +263,13 @@ def run_on_sqlite(scenario: Scenario) -> None:
         check(scenario, open_world)
 
 
-@examples(20)
+@deep(14)
 @given(scenario=scenarios())
 def test_sqlite_outputs_do_not_depend_on_what_p_cannot_see(scenario: Scenario) -> None:
     run_on_sqlite(scenario)
 
 
-@examples(8)
+@deep(6)
 @given(scenario=scenarios())
 def test_postgres_outputs_do_not_depend_on_what_p_cannot_see(
     pg_cluster: Any, scenario: Scenario

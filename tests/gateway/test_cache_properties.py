@@ -22,7 +22,7 @@ from govrag.gateway.cache import ResultCache
 from govrag.harvest.records import DocumentRecord
 from govrag.types import MetadataFilter, QueryExpansion, SearchRequest, Strategy
 
-from conftest import doc, group, ident, load, make_store, principal
+from conftest import doc, examples, group, ident, load, make_store, principal
 
 EMAILS = ["u0@x.example", "u1@x.example", "u2@x.example", "nobody@x.example"]
 ACCOUNTS = {"u0@x.example": "a0", "u1@x.example": "a1", "u2@x.example": "a2"}
@@ -53,7 +53,7 @@ set_group = st.tuples(
 )
 
 
-@settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(12), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     initial=st.lists(grantees, min_size=len(DOCS), max_size=len(DOCS)),
     ops=st.lists(st.one_of(search, search, set_acl, set_group), min_size=1, max_size=25),
@@ -165,7 +165,7 @@ def corpus_doc(i: int, acl: set[str]) -> DocumentRecord:
                ).model_copy(update={"authority_tier": 1 + i % 5})  # fmt: skip
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     initial=st.lists(grantees, min_size=len(DOCS), max_size=len(DOCS)),
     pool=st.lists(requests, min_size=1, max_size=3),

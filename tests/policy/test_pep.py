@@ -20,6 +20,8 @@ from govrag.policy.sarac import Decision, SaracRequest
 from govrag.store.sqlite import SQLiteStore
 from govrag.types import Classification, Principal, Retrieval
 
+from conftest import examples
+
 C = Classification
 PREFETCH = Retrieval(mode="deterministic_prefetch", scope=("policy-engine", "product-faq"))
 TOOL = Retrieval(mode="tool", scope=("policy-engine", "hr-policies", "board-minutes"))
@@ -122,7 +124,7 @@ def test_pep_verdicts_equal_cedar_on_random_requests(tmp_path: Path) -> None:
     corpora = ["policy-engine", "hr-policies", "clause-index", "product-faq"]
     bundle = default_bundle()
     searched = 0
-    for i in range(10_000):
+    for i in range(examples(4_000)):
         scope = tuple(rng.sample(corpora, rng.randint(0, 3)))
         principal = OFFICER.model_copy(update={
             "doc_entitlements": tuple(f"{c}:read" for c in rng.sample(corpora, rng.randint(0, 3))),

@@ -25,6 +25,9 @@ RECORDS = [
     {"type": "document", "source_system": "sp", "external_id": "card-fees", "corpus": "policy",
      "title": "Card fees", "classification": "internal", "acl": ["S-2"],
      "text": "Debit cards carry no annual fee."},
+    {"type": "document", "source_system": "sp", "external_id": "handbook/branch-hours.md",
+     "corpus": "policy", "title": "Branch hours", "classification": "internal", "acl": ["S-1"],
+     "text": "Branches open at nine on weekdays."},
 ]  # fmt: skip
 PRINCIPALS = {"principals": [
     {"sub": "ana", "email": "ana@bank.example", "tenant": "bank", "clearance": "internal",

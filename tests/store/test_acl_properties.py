@@ -34,6 +34,7 @@ from govrag.types import Classification, Principal, SearchRequest, Strategy
 from conftest import (
     doc,
     drop_pg_database,
+    examples,
     group,
     ident,
     load,
@@ -220,7 +221,7 @@ def to_records(world: World, tenant: str) -> list[Record]:
 queries = st.lists(st.sampled_from(VOCAB), min_size=1, max_size=3).map(" ".join)
 
 
-examples = given(
+cases = given(
     world=worlds(),
     query=queries,
     ceiling=st.integers(min_value=0, max_value=3),
@@ -229,8 +230,8 @@ examples = given(
 )
 
 
-@settings(max_examples=45, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@examples
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@cases
 def test_sqlite_matches_reference_model(
     world: World, query: str, ceiling: int, k: int, corpora: list[str] | None
 ) -> None:
@@ -242,8 +243,8 @@ def test_sqlite_matches_reference_model(
             store.close()
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@examples
+@settings(max_examples=examples(16), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@cases
 def test_postgres_matches_reference_model(
     pg_cluster: PgServer,
     world: World,

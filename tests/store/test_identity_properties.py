@@ -24,7 +24,7 @@ from govrag.harvest.harvester import DryRunTarget
 from govrag.store.protocol import IngestWrites, KnowledgeStore
 from govrag.types import SearchRequest, Strategy
 
-from conftest import doc, load, make_store, principal
+from conftest import doc, examples, load, make_store, principal
 
 EMAILS = ["u0@x.example", "u1@x.example", "u2@x.example"]
 ACCOUNTS = ["a0", "a1", "a2"]
@@ -99,7 +99,7 @@ def readable_docs(store: KnowledgeStore, email: str) -> set[str]:
     return {h.doc_id for h in store.search(principal(email), req).results}
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(28), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=st.lists(operations, min_size=1, max_size=14))
 def test_identity_merges_match_the_reference(ops: list[tuple[str, ...]]) -> None:
     with ledger() as store:
@@ -117,7 +117,7 @@ def test_identity_merges_match_the_reference(ops: list[tuple[str, ...]]) -> None
         assert store.stats("t1")["identities"] == len(ref.owner)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(28), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     stored=st.lists(operations, max_size=8),
     planned=st.lists(operations, min_size=1, max_size=10),

@@ -28,7 +28,12 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from govrag.agent.retrieve import CorpusDecision, GovernedResult, GovernedSearch
+from govrag.agent.retrieve import (
+    RETRIEVE_TOOL,
+    CorpusDecision,
+    GovernedResult,
+    GovernedSearch,
+)
 from govrag.audit.events import ProposalEvent, write
 from govrag.audit.trail import recorded
 from govrag.errors import InputError, NotFoundError
@@ -36,7 +41,7 @@ from govrag.policy.pep import Proposal
 from govrag.routes.models import Tool
 from govrag.routes.payload import CheckedProposal, check_proposal, offered_tools
 from govrag.routes.session import Session
-from govrag.types import DocumentInfo, Principal, SearchRequest, Strategy
+from govrag.types import DocumentInfo, Principal, Retrieval, SearchRequest, Strategy
 
 #: ``tenant -> [(corpus id, description)]``: what a ``list`` tool may describe.
 Catalog = Callable[[str], list[tuple[str, str]]]
@@ -46,6 +51,8 @@ ReadDocument = Callable[[Principal, str, str], DocumentInfo | None]
 #: ``(principal, source system, external id) -> confirmed?``: the source's live rights check,
 #: fail closed.
 ConfirmRight = Callable[[Principal, str, str], bool]
+#: ``(tenant, source system, external id)``: count a click on a document's source.
+CountClick = Callable[[str, str, str], None]
 
 
 @dataclass(frozen=True)
@@ -112,11 +119,13 @@ class CallerTools:
         catalog: Catalog,
         read_document: ReadDocument,
         confirm: ConfirmRight,
+        count_click: CountClick,
     ) -> None:
         self._governed = governed
         self._catalog = catalog
         self._read_document = read_document
         self._confirm = confirm
+        self._count_click = count_click
 
     def retrieve(
         self,
@@ -186,6 +195,30 @@ class CallerTools:
                 raise absent
             return DocumentListing(request_id, session.session_id, session.route_id, info,
                                    decision)  # fmt: skip
+
+    def click(self, principal: Principal, source_system: str, external_id: str) -> None:
+        """Count a click on a document's source (the access counter's other signal), only
+        for a document ``principal`` may read in a corpus the policy gate lets it retrieve;
+        anything else is the same :class:`NotFoundError`, so a click tests nothing."""
+        info = self._read_document(principal, source_system, external_id)
+        verdict = "DENY"
+        if info is not None:
+            # A click is a proposal like any other: decided and audited before it counts.
+            proposal = Proposal(tool="click", action=RETRIEVE_TOOL, corpus=info.corpus,
+                                query=f"{source_system}:{external_id}")  # fmt: skip
+            done = self._governed.pep.enforce(
+                principal,
+                Retrieval(mode="tool", scope=(info.corpus,)),
+                proposal,
+                lambda _: self._count_click(principal.tenant, source_system, external_id),
+                route_id="click",
+                request_id=f"req-{secrets.token_hex(8)}",
+                session_id="",
+            )
+            verdict = done.decision.verdict
+        if verdict != "ALLOW":
+            ref = f"{source_system}:{external_id}"
+            raise NotFoundError(f"no document {ref!r} that {principal.sub!r} may read")
 
     # -- the shared steps --------------------------------------------------------------------
 

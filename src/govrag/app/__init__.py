@@ -1,12 +1,7 @@
 """The application API (``govrag.open``): see ``api.py``."""
 
-from govrag.app.api import (
-    Govrag,
-    evaluate_beir,
-    init,
-    local_principal,
-    open,
-)
+from govrag.app.api import Govrag, local_principal
+from govrag.app.entry import evaluate_beir, init, open
 from govrag.app.ingest import IngestOutcome, ProgressFactory
 from govrag.app.records import ConfigCheck, Memory, Readiness, SessionInfo
 from govrag.harvest.sources import SourceStatus, SourceSync

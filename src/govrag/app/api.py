@@ -35,9 +35,9 @@ from govrag.deployment import (
     load_principals,
     lookup_principal,
 )
-from govrag.errors import AuthError, ConfigError, InputError, NotFoundError
+from govrag.errors import AuthError, ConfigError, InputError, NotFoundError, require_text
 from govrag.harvest.sources import SourceStatus, list_sources
-from govrag.settings import Settings, load_settings
+from govrag.settings import Settings
 from govrag.types import MetadataFilter, Principal, Strategy, VerifiedToken
 
 #: The role a token must carry to replay requests and verify the audit log over an edge.
@@ -127,6 +127,7 @@ class Govrag:
         """A governed retrieve: each corpus (default: the route's scope) is decided by the
         policy gate and audited before it is searched; results are only what ``principal``
         may read. Defaults come from ``[search]``."""
+        require_text(route=route, session=session)
         if corpora is not None and not corpora:
             # An empty list is more likely a caller's bug than a wish for the whole scope.
             raise InputError("corpora is empty: name at least one corpus, or pass None for "
@@ -154,6 +155,7 @@ class Govrag:
     ) -> Answer:
         """A grounded, cited answer or an abstention, on ``route`` (default: the deployment's
         ``default_route``); ``text`` is caller-supplied material to work on, never evidence."""
+        require_text(route=route, session=session)
         return self._dep.orchestrator.ask(principal, question, route_id=route,
                                           session_id=session, text=text)  # fmt: skip
 
@@ -162,6 +164,7 @@ class Govrag:
     ) -> SessionInfo:
         """Open a session pinned to ``route`` (or the route ``intent`` selects, or the default
         route): its retrieval mode and scope never change for the session's life."""
+        require_text(route=route, intent=intent)
         request_id = f"req-{secrets.token_hex(8)}"
         opened = self._dep.sessions.open(principal, route_id=route, intent=intent,
                                          request_id=request_id)  # fmt: skip
@@ -170,6 +173,7 @@ class Govrag:
     def session(self, principal: Principal, session_id: str) -> SessionInfo:
         """A session of ``principal``'s; someone else's and an absent one are the same
         :class:`NotFoundError` (sessions are not enumerable)."""
+        require_text(session=session_id)
         return SessionInfo.of(self._dep.sessions.resume(principal, session_id))
 
     def retrieve(
@@ -187,6 +191,7 @@ class Govrag:
         ``arguments`` checked against its JSON schema): audited, PEP-gated, the pack validated
         (:mod:`govrag.agent.tool_calls`). Identity, tenant and route never come from
         ``arguments``."""
+        require_text(tool=tool, route=route, session=session)
         s = self.settings.search
         return self._dep.tools.retrieve(
             principal,
@@ -203,6 +208,7 @@ class Govrag:
     ) -> CorpusListing:
         """The corpora of the route's scope ``principal`` may list (each a PEP decision; a
         denied one is not named), with their descriptions."""
+        require_text(route=route, session=session)
         return self._dep.tools.corpora(principal, route_id=route, session_id=session)
 
     def document(
@@ -217,6 +223,9 @@ class Govrag:
         """A document's metadata (never its text), only when ``principal`` may read it, the
         PEP allows its corpus on the route and its source confirms the right; anything else
         is the same :class:`NotFoundError`."""
+        require_text(
+            source_system=source_system, external_id=external_id, route=route, session=session
+        )
         return self._dep.tools.document(principal, source_system, external_id, route_id=route,
                                         session_id=session)  # fmt: skip
 
@@ -224,33 +233,8 @@ class Govrag:
         """Count a click on a document's source (the access counter's other signal), only for
         a document ``principal`` may read in a corpus the policy gate lets it retrieve;
         anything else is the same :class:`NotFoundError`, so a click tests nothing."""
-        from govrag.agent.retrieve import RETRIEVE_TOOL
-        from govrag.policy.pep import Proposal
-        from govrag.types import Retrieval
-
-        store = self._dep.store
-        document = store.readable_document(principal, source_system, external_id)
-        verdict = "DENY"
-        if document is not None:
-            corpus = document.corpus
-            # A click is a proposal like any other: decided and audited before it counts.
-            proposal = Proposal(tool="click", action=RETRIEVE_TOOL, corpus=corpus,
-                                query=f"{source_system}:{external_id}")  # fmt: skip
-            done = self._dep.pep.enforce(
-                principal,
-                Retrieval(mode="tool", scope=(corpus,)),
-                proposal,
-                lambda _: store.record_access(
-                    principal.tenant, [(source_system, external_id)], kind="click"
-                ),
-                route_id="click",
-                request_id=f"req-{secrets.token_hex(8)}",
-                session_id="",
-            )
-            verdict = done.decision.verdict
-        if verdict != "ALLOW":
-            ref = f"{source_system}:{external_id}"
-            raise NotFoundError(f"no document {ref!r} that {principal.sub!r} may read")
+        require_text(source_system=source_system, external_id=external_id)
+        self._dep.tools.click(principal, source_system, external_id)
 
     def writeback_admit(self, candidate: WriteBackCandidate) -> AdmissionResult:
         """Offer memory to the controlled write-back store: admitted only through its
@@ -262,6 +246,7 @@ class Govrag:
         """Offer ``memory`` to the write-back store for ``agent``'s own ``session``: the
         writer is the verified caller (its ``sub`` must be on ``[writeback] allowed_agents``),
         the scope its tenant and session; nothing in ``memory`` names either."""
+        require_text(session=session)
         from govrag.writeback.models import RetrievalScope, WriteBackCandidate
 
         own = self._dep.sessions.resume(agent, session)  # someone else's: NotFoundError
@@ -283,6 +268,7 @@ class Govrag:
         """:meth:`replay` for a caller with the ``examiner`` role, in its own tenant. For
         anyone else the request is as absent as one that never ran (one
         :class:`NotFoundError`): the audit log is not a way to learn what others asked."""
+        require_text(request_id=request_id)
         if EXAMINER_ROLE not in examiner.roles:
             raise NotFoundError(f"no request {request_id!r} to replay")
         return self.replay(request_id, tenant=examiner.tenant)
@@ -296,6 +282,7 @@ class Govrag:
 
     def replay(self, request_id: str, *, tenant: str | None = None) -> Replay:
         """Rebuild one request from the audit log alone."""
+        require_text(request_id=request_id, tenant=tenant)
         from govrag.audit import replay
 
         return replay(self._dep.store, tenant or self.settings.default_tenant, request_id)
@@ -403,55 +390,9 @@ class Govrag:
         self.close()
 
 
-def open(deployment: str | Path | Settings | None = None, **overrides: Any) -> Govrag:
-    """Open the deployment in ``deployment`` (a directory; default ``GOVRAG_DEPLOYMENT`` or
-    the current directory) or described by ready :class:`Settings`. ``overrides`` take
-    precedence over the environment and ``govrag.toml`` (e.g. ``default_tenant="bank"``)."""
-    if isinstance(deployment, Settings):
-        if overrides:
-            raise TypeError("pass overrides with a directory, not with ready Settings")
-        return Govrag(Deployment(deployment))
-    return Govrag(Deployment(load_settings(deployment, **overrides)))
-
-
 def local_principal(settings: Settings, sub: str) -> Principal:
     """A development identity: the entry ``sub`` of the deployment's ``principals.json``
     (what ``govrag ... --as SUB`` uses). A served deployment takes claims from verified
     tokens instead; an unknown ``sub`` is a :class:`NotFoundError` listing the known ones."""
     path = settings.principals_path
     return lookup_principal(load_principals(path), sub, path)
-
-
-def evaluate_beir(
-    beir_dir: str | Path,
-    *,
-    strategy: Strategy = Strategy.KEYWORD,
-    split: str = "test",
-    embedder: str = "hash",
-    top_k: int = 100,
-    progress: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
-    """Retrieval quality on a BEIR dataset loaded into a temporary SQLite store (no
-    deployment needed): nDCG@10, recall@100 and latency figures."""
-    from govrag.eval.runner import run_beir_eval
-
-    return run_beir_eval(beir_dir, strategy=strategy, split=split, embedder=embedder,
-                         top_k=top_k, progress=progress)  # fmt: skip
-
-
-def init(
-    directory: str | Path,
-    *,
-    embedder: str = "hash",
-    tenant: str = "default",
-    corpora: Sequence[str] = (),
-    force: bool = False,
-) -> list[Path]:
-    """Write a starter deployment into ``directory`` (``govrag init``): settings, one
-    principal entitled to ``corpora``, a tool route over them, seed 003's three tools and the
-    audit signing key. Returns the files written; writes nothing when an argument could not
-    make a working deployment, and never overwrites without ``force``."""
-    from govrag.scaffold import scaffold
-
-    return scaffold(Path(directory), embedder=embedder, tenant=tenant, corpora=tuple(corpora),
-                    force=force)  # fmt: skip

@@ -54,7 +54,8 @@ _WITH_SUB = (RoutePinned, PinViolationEvent, PepDecisionEvent, HiddenMarkerEvent
 class Replay:
     request_id: str
     tenant: str
-    #: Who: ``sub``, ``session_id``, ``route_id`` and the route's pinned retrieval.
+    #: Who: ``sub``, ``session_id``, ``route_id``, the route's pinned retrieval and the
+    #: caller's ``token_exp`` (only where a token opened the session).
     who: dict[str, Any]
     #: What was proposed: every tool proposal (accepted or refused) and retrieve decided.
     proposed: list[dict[str, Any]]
@@ -123,7 +124,10 @@ def replay(log: AuditLog, tenant: str, request_id: str) -> Replay:
             "session_id": session_id,
             "route_id": pin.route_id if pin else None,
             "retrieval": pin.retrieval.model_dump(mode="json") if pin else None,
-        },
+        }
+        # When the caller's token expired (a served caller's; the session ended then): only
+        # where there was a token, so a replay of an older log reads as it always did.
+        | ({"token_exp": pin.token_exp} if pin and pin.token_exp else {}),
         proposed=[
             {"tool": m.tool, "accepted": m.accepted, "arguments": m.arguments,
              "corpus": m.corpus, "error": m.error, "calls": m.calls}

@@ -100,7 +100,8 @@ def corpora(caller: Caller, api: Api, request: Request, route: Name | None = Non
     return Corpora.model_validate(asdict(listing))
 
 
-@router.get("/documents/{source_system}/{external_id}", tags=["retrieval"],
+# ``external_id`` may hold slashes (a file's path in its source): the rest of the path is it.
+@router.get("/documents/{source_system}/{external_id:path}", tags=["retrieval"],
             summary="A document's metadata, if you may read it (else not found).")  # fmt: skip
 def document(source_system: Name, external_id: Name, caller: Caller, api: Api,
              request: Request, route: Name | None = None,
