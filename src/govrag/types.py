@@ -193,6 +193,11 @@ class DocumentInfo(Frozen):
     #: How many chunks the document was split into.
     chunks: int = Field(ge=0)
 
+    @field_validator("classification", mode="before")
+    @classmethod
+    def _parse_level(cls, value: object) -> Classification:
+        return Classification.parse(value)
+
     @field_serializer("classification")
     def _level_name(self, level: Classification) -> str:
         return level.name.lower()

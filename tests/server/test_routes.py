@@ -232,6 +232,31 @@ def test_every_v1_operation_needs_a_token_and_documents_its_answer(
             assert {"400", "401", "404", "429", "503"} <= set(op["responses"]), path
         if ok != "204":
             assert "schema" in op["responses"][ok]["content"]["application/json"], path
+            assert _example_of(schema, op["responses"][ok]["content"]["application/json"]), path
+        if "requestBody" in op:
+            assert _example_of(schema, op["requestBody"]["content"]["application/json"]), path
+
+
+def _example_of(schema: dict[str, Any], content: dict[str, Any]) -> list[Any]:
+    """The examples the schema gives for ``content`` (directly or on its referenced model)."""
+    target = content["schema"]
+    if "$ref" in target:
+        target = schema["components"]["schemas"][target["$ref"].rsplit("/", 1)[1]]
+    return list(target.get("examples", ()))
+
+
+def test_every_schema_example_is_what_its_model_accepts() -> None:
+    from govrag.server import bodies, responses
+
+    models = [m for module in (bodies, responses) for m in vars(module).values()
+              if isinstance(m, type) and issubclass(m, (bodies.Body, responses.Out))]  # fmt: skip
+    with_examples = [m for m in models if m.model_config.get("json_schema_extra")]
+    assert len(with_examples) >= 15
+    for model in with_examples:
+        extra = model.model_config["json_schema_extra"]
+        assert isinstance(extra, dict)
+        for example in extra["examples"]:
+            model.model_validate(example)
 
 
 def test_without_a_token_every_v1_route_is_the_same_401(

@@ -1,7 +1,9 @@
 """The HTTP edge (``govrag serve``): a thin adapter over the application API.
 
-``app.py`` builds the FastAPI application for one opened deployment; ``bodies.py`` holds the
-request bodies; ``problems.py`` turns govrag's errors into ``application/problem+json``.
+``app.py`` builds the FastAPI application for one opened deployment; ``routes.py`` holds the
+``/v1`` routes, one use case each; ``caller.py`` the verified caller; ``bodies.py`` and
+``responses.py`` what goes in and out (``examples.py`` their schema examples);
+``problems.py`` turns govrag's errors into ``application/problem+json``.
 Identity comes from the bearer token only (``Govrag.verify_token``). Needs the ``server``
 extra; importing it without raises :class:`~govrag.errors.MissingExtraError`.
 """

@@ -76,7 +76,8 @@ def create_app(govrag: Govrag) -> FastAPI:
     def healthz() -> Health:
         return Health()
 
-    @api.get("/readyz", tags=["operations"], responses={503: {"model": Ready}},
+    @api.get("/readyz", tags=["operations"], response_model=Ready,
+             responses={503: {"model": Ready}},
              summary="Readiness: store, schema, routes and policies.")  # fmt: skip
     def readyz() -> JSONResponse:
         readiness = govrag.readiness()

@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from govrag.app import AdmissionGate
+from govrag.server import examples
 from govrag.types import MetadataFilter, Strategy
 
 #: Longest query or question accepted over HTTP (a deployment's own limits may be lower).
@@ -51,9 +52,16 @@ class Body(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _example(example: dict[str, Any]) -> ConfigDict:
+    """A body model's configuration, with ``example`` in its schema."""
+    return ConfigDict(extra="forbid", frozen=True, json_schema_extra={"examples": [example]})
+
+
 class SearchBody(Body):
     """A governed search (``govrag search``): each corpus is decided by the policy gate and
     audited before it is searched."""
+
+    model_config = _example(examples.SEARCH_BODY)
 
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS,
                        examples=["wire transfer limit for corporate clients"])  # fmt: skip
@@ -76,6 +84,8 @@ class SearchBody(Body):
 class AskBody(Body):
     """A grounded, cited answer or an abstention (``govrag ask``)."""
 
+    model_config = _example(examples.ASK_BODY)
+
     question: str = Field(min_length=1, max_length=MAX_QUERY_CHARS,
                           examples=["What is the EU corporate wire limit?"])  # fmt: skip
     route: Name | None = None
@@ -87,6 +97,8 @@ class AskBody(Body):
 class RetrieveBody(Body):
     """A tool call your own model proposed: a retrieve tool of the route's manifest and its
     arguments, checked against the tool's JSON schema."""
+
+    model_config = _example(examples.RETRIEVE_BODY)
 
     tool: Name = Field(examples=["retrieve_documents"])
     #: Checked against the tool's schema (and bounded: see docs/serving.md); never identity.
@@ -101,12 +113,16 @@ class SessionBody(Body):
     """Open a session: on ``route``, or the route whose intent matches ``intent``, or the
     deployment's default route (never chosen from a prompt)."""
 
+    model_config = _example(examples.SESSION_BODY)
+
     route: Name | None = Field(default=None, examples=["retail-faq"])
     intent: Name | None = None
 
 
 class ClickBody(Body):
     """A click on a document's source link (counted only for a document you may read)."""
+
+    model_config = _example(examples.CLICK_BODY)
 
     source_system: Name = Field(examples=["sharepoint"])
     external_id: Name = Field(examples=["wire-limits"])
@@ -115,6 +131,8 @@ class ClickBody(Body):
 class MemoryBody(Body):
     """Memory a writer (the verified caller, on ``[writeback] allowed_agents``) offers for
     one of its own sessions."""
+
+    model_config = _example(examples.MEMORY_BODY)
 
     session: Name
     source_turn_id: Name

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from govrag.server import examples
 from govrag.types import ContextPack, DocumentInfo, HiddenMarker, PackChunk
 
 
@@ -21,12 +22,21 @@ class Out(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _example(example: dict[str, Any]) -> ConfigDict:
+    """An answer model's configuration, with ``example`` in its schema."""
+    return ConfigDict(extra="forbid", frozen=True, json_schema_extra={"examples": [example]})
+
+
 class Health(Out):
+    model_config = _example({"status": "ok"})
+
     status: Literal["ok"] = "ok"
 
 
 class Ready(Out):
     """``ready`` only when every check passed; why one failed is in the server's log."""
+
+    model_config = _example(examples.READY)
 
     ready: bool
     checks: dict[str, Literal["ok", "failed"]] = Field(
@@ -49,6 +59,8 @@ class Decision(Out):
 
 class Searched(Out):
     """A governed retrieve: per corpus a decision, per ALLOW a validated pack."""
+
+    model_config = _example(examples.SEARCHED)
 
     request_id: str = Field(examples=["req-5f0c2a9d1e7b3c44"])
     session_id: str = Field(examples=["ses-0a1b2c3d4e5f6a7b"])
@@ -78,6 +90,8 @@ class Answered(Out):
     """A grounded answer whose citations come only from the validated evidence, or an
     abstention with its reason."""
 
+    model_config = _example(examples.ANSWERED)
+
     request_id: str
     session_id: str
     route_id: str
@@ -101,6 +115,8 @@ class Answered(Out):
 class SessionView(Out):
     """A session as its own principal sees it: the route it is pinned to, for life."""
 
+    model_config = _example(examples.SESSION)
+
     session_id: str = Field(examples=["ses-0a1b2c3d4e5f6a7b"])
     sub: str
     route_id: str = Field(examples=["retail-faq"])
@@ -119,6 +135,8 @@ class Corpus(Out):
 class Corpora(Out):
     """The corpora of the route's scope the policy gate let the caller list."""
 
+    model_config = _example(examples.CORPORA)
+
     request_id: str
     session_id: str
     route_id: str
@@ -127,6 +145,8 @@ class Corpora(Out):
 
 class Document(Out):
     """A document's metadata (never its text), for a caller who may read it."""
+
+    model_config = _example(examples.DOCUMENT)
 
     request_id: str
     session_id: str
@@ -138,6 +158,8 @@ class Document(Out):
 class Admission(Out):
     """The write-back store's answer: admitted (with the entry's id) or the rule it broke."""
 
+    model_config = _example(examples.ADMISSION)
+
     admitted: bool
     id: str | None
     reason: str = Field(examples=["admitted", "agent_not_allowed"])
@@ -145,6 +167,8 @@ class Admission(Out):
 
 class Replayed(Out):
     """One request rebuilt from the audit log alone (``govrag replay``)."""
+
+    model_config = _example(examples.REPLAYED)
 
     request_id: str
     tenant: str
@@ -162,11 +186,13 @@ class Replayed(Out):
 
 
 class Verified(Out):
-    """The caller's tenant's audit chain checked against its signed checkpoints."""
+    """The caller's tenant's audit chain checked against its signed checkpoints (where the
+    checkpoints are kept is the operator's, not served)."""
+
+    model_config = _example(examples.VERIFIED)
 
     ok: bool
     key_id: str
-    checkpoint_dir: str
     tenants: list[dict[str, Any]]
     findings: list[dict[str, Any]]
     warnings: list[str]

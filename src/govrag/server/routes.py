@@ -139,4 +139,6 @@ def replay(request_id: Name, caller: Caller, api: Api) -> Replayed:
 @router.get("/audit/verify", tags=["examiner"],
             summary="Verify your tenant's audit chain (examiner role).")  # fmt: skip
 def audit_verify(caller: Caller, api: Api) -> Verified:
-    return Verified.model_validate(api.examiner_audit_verify(caller).as_dict())
+    verified = api.examiner_audit_verify(caller).as_dict()
+    verified.pop("checkpoint_dir")  # the server's file system is not the examiner's business
+    return Verified.model_validate(verified)
