@@ -209,6 +209,8 @@ def test_replay_and_audit_verify_are_the_examiners_only(
     assert replay.status_code == 200, replay.text
     assert replay.json()["who"]["sub"] == "ana" and replay.json()["verdict_before_search"]
     assert replay.json()["who"]["token_exp"].endswith("Z")  # the trace has the token's expiry
+    answer = client.post("/v1/ask", json={"question": "wire limit?"}, headers=as_(app, "ana"))
+    assert answer.json()["trace"]["token_exp"].endswith("Z")
     # Anyone else: the request is as absent as one that never ran.
     for sub in ("ana", "ben"):
         refused = client.get(f"/v1/audit/requests/{rid}", headers=as_(app, sub))

@@ -170,6 +170,9 @@ class Orchestrator:
         else:
             pattern = "0" if mode == "deterministic_prefetch" else "1"
         run.trace.update({"pattern": pattern, "mode": mode, "llm": self.llm.name})
+        if session.expires_at is not None:
+            # Seed 003's trace names who asked and until when their token was valid.
+            run.trace["token_exp"] = session.expires_at
         where["stage"] = f"pattern {pattern}"
         detail: str | None = None
         try:
