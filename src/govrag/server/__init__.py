@@ -2,6 +2,9 @@
 
 ``app.py`` builds the FastAPI application for one opened deployment; ``bodies.py`` holds the
 request bodies; ``problems.py`` turns govrag's errors into ``application/problem+json``.
+``operations.py`` wires what ``[server]`` configures around it: ``limits.py`` (body size, rate
+per principal, in-flight bound, deadline), ``access_log.py`` (request ids, one JSON line per
+request) and ``metrics.py`` (Prometheus, ``GET /metrics``).
 Identity comes from the bearer token only (``Govrag.verify_token``). Needs the ``server``
 extra; importing it without raises :class:`~govrag.errors.MissingExtraError`.
 """

@@ -30,6 +30,8 @@ except ImportError as exc:  # pragma: no cover - exercised by the missing-extra 
 
 from govrag.app import Govrag
 from govrag.server.bodies import AskBody, SearchBody
+from govrag.server.limits import admit
+from govrag.server.operations import install
 from govrag.server.problems import MEDIA_TYPE, from_error, problem
 from govrag.types import Principal
 
@@ -58,7 +60,8 @@ def _principal(
         # Which one counts would be this server's guess, and a proxy in front may guess the
         # other way: a request carrying two is refused like one carrying a bad token.
         raise AuthError("malformed", "more than one Authorization header")
-    return govrag.verify_token(credentials.credentials if credentials else None).principal
+    verified = govrag.verify_token(credentials.credentials if credentials else None)
+    return admit(request, verified.principal)  # the rate limit counts verified callers only
 
 
 #: A handler parameter of this type is the verified caller (module level: FastAPI resolves
@@ -75,6 +78,7 @@ def create_app(govrag: Govrag) -> FastAPI:
                   redirect_slashes=False)  # fmt: skip
 
     api.state.govrag = govrag
+    install(api, govrag)  # [server]: limits, request ids, access log, metrics
 
     @api.exception_handler(GovragError)
     def _govrag_error(request: Request, exc: GovragError) -> JSONResponse:
