@@ -38,7 +38,7 @@ class Clock:
 def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[govrag.Govrag]:
     root = seed_bank(tmp_path_factory.mktemp("limits") / "bank")
     server = {"max_body_bytes": MAX_BODY, "rate_per_minute": 6, "rate_burst": 3,
-              "max_in_flight": 1, "deadline_s": 2.0}  # fmt: skip
+              "max_in_flight": 1, "deadline_s": 4.0}  # fmt: skip
     with govrag.open(root, auth={"dev_tokens": True, "tenants": ["bank"]},
                      server=server) as opened:  # fmt: skip
         # Warm the path (policy engine, indexes) so no test's request nears the deadline.
