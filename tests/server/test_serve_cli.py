@@ -97,3 +97,9 @@ def test_it_serves_governed_search_over_http(root: Path) -> None:
             server.kill()
             server.wait()
     assert server.returncode == 0
+    # One JSON access line per request on stdout (uvicorn's own, with raw paths, is off).
+    out = server.stdout.read()
+    assert token.stdout.strip() not in out
+    lines = [json.loads(line) for line in out.splitlines() if line.strip()]
+    seen = [(x["route"], x["status"], x.get("sub")) for x in lines if x["route"] != "/healthz"]
+    assert seen == [("/v1/search", 200, "ana"), ("/v1/search", 401, None)]

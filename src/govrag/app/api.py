@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from govrag.audit import Replay
     from govrag.audit.anchor import AuditVerification, CheckpointRun
     from govrag.harvest.kinds import ConnectorKind
+    from govrag.store.audit import AuditEvent
     from govrag.store.curation import CurationReport
     from govrag.store.records import IndexReport
     from govrag.writeback.models import AdmissionResult, WriteBackCandidate
@@ -354,6 +355,13 @@ class Govrag:
         """Recreate the derived search indexes from the truth store; chunks indexed per
         tenant."""
         return {t: self._dep.store.rebuild_index(t) for t in self._tenants(tenant)}
+
+    def observe_audit(self, observer: Callable[[AuditEvent], None]) -> None:
+        """Call ``observer(event)`` after each audit event this deployment commits, on the
+        committing thread (``event.kind``, ``event.payload``): for counting what the governed
+        path decided (the HTTP server's metrics) without reaching below this API. An observer
+        must be quick and must not raise (one that raises is logged; the event stands)."""
+        self._dep.store.observe_audit(observer)
 
     def config_check(self) -> ConfigCheck:
         """Validate routes/, manifests/, workflows/ and policies/ against govrag.toml."""

@@ -1,8 +1,12 @@
 """``govrag serve``: the HTTP API (``govrag.server``) on uvicorn. Thin: it opens the
-deployment, checks where it may listen, and hands the application to uvicorn."""
+deployment, checks where it may listen, and hands the application to uvicorn with the
+deployment's ``[server]`` drain time (on SIGTERM or SIGINT uvicorn stops accepting and lets
+in-flight requests finish for up to ``drain_s``) and govrag's access log in place of
+uvicorn's (which would write each request's raw path and query string)."""
 
 from __future__ import annotations
 
+import copy
 import ipaddress
 from typing import Annotated, Any
 
@@ -10,6 +14,7 @@ import typer
 
 from govrag.cli.common import DeploymentOpt, err, fail, guard, open_app
 from govrag.errors import ConfigError, MissingExtraError
+from govrag.settings import ServerSettings
 
 
 def register(app: typer.Typer) -> None:
@@ -23,6 +28,27 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def uvicorn_options(server: ServerSettings) -> dict[str, Any]:
+    """The keyword arguments of ``uvicorn.Config`` that ``[server]`` decides."""
+    return {"timeout_graceful_shutdown": server.drain_s, "access_log": False}
+
+
+def log_config(server: ServerSettings) -> dict[str, Any]:
+    """uvicorn's logging, plus the access lines of ``govrag.access`` on stdout (one JSON
+    document a line, nothing around it) when ``[server] access_log`` is on."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    if server.access_log:
+        config["formatters"]["govrag_access"] = {"format": "%(message)s"}
+        config["handlers"]["govrag_access"] = {"class": "logging.StreamHandler",
+                                               "formatter": "govrag_access",
+                                               "stream": "ext://sys.stdout"}  # fmt: skip
+        config["loggers"]["govrag.access"] = {"handlers": ["govrag_access"], "level": "INFO",
+                                              "propagate": False}  # fmt: skip
+    return config
 
 
 def serve(
@@ -58,4 +84,6 @@ def serve(
         api = guard(build)
         err.print(f"govrag serving {app.settings.deployment} on http://{host}:{port}",
                   highlight=False)  # fmt: skip
-        uvicorn.run(api, host=host, port=port, log_level="info")
+        server = app.settings.server
+        uvicorn.run(api, host=host, port=port, log_level="info", log_config=log_config(server),
+                    **uvicorn_options(server))  # fmt: skip

@@ -4,6 +4,9 @@
 ``/v1`` routes, one use case each; ``caller.py`` the verified caller; ``bodies.py`` and
 ``responses.py`` what goes in and out (``examples.py`` their schema examples);
 ``problems.py`` turns govrag's errors into ``application/problem+json``.
+``operations.py`` wires what ``[server]`` configures around it: ``limits.py`` (body size, rate
+per principal, in-flight bound, deadline), ``access_log.py`` (request ids, one JSON line per
+request) and ``metrics.py`` (Prometheus, ``GET /metrics``).
 Identity comes from the bearer token only (``Govrag.verify_token``). Needs the ``server``
 extra; importing it without raises :class:`~govrag.errors.MissingExtraError`.
 """

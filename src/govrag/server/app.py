@@ -24,6 +24,7 @@ except ImportError as exc:  # pragma: no cover - exercised by the missing-extra 
                             "The HTTP server") from exc  # fmt: skip
 
 from govrag.app import Govrag
+from govrag.server.operations import install
 from govrag.server.problems import from_error, problem
 from govrag.server.responses import Health, Ready
 from govrag.server.routes import router
@@ -40,6 +41,7 @@ def create_app(govrag: Govrag) -> FastAPI:
                   redirect_slashes=False)  # fmt: skip
 
     api.state.govrag = govrag
+    install(api, govrag)  # [server]: limits, request ids, access log, metrics
 
     @api.exception_handler(GovragError)
     def _govrag_error(request: Request, exc: GovragError) -> JSONResponse:
@@ -87,7 +89,10 @@ def create_app(govrag: Govrag) -> FastAPI:
         body = Ready.model_validate(readiness.as_dict())
         return JSONResponse(body.model_dump(mode="json"), status_code=200 if body.ready else 503)
 
-    api.include_router(router)
+    # The /v1 routes as the app's own, not an included router (which this FastAPI wraps as
+    # one opaque route): a request refused before routing is then labelled by its route's
+    # template in the access log and the metrics.
+    api.router.routes.extend(router.routes)
     return api
 
 

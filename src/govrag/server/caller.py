@@ -15,6 +15,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from govrag.app import Govrag
 from govrag.errors import AuthError
+from govrag.server.limits import admit
 from govrag.types import Principal
 
 _bearer = HTTPBearer(auto_error=False, description="A JWT from the identity provider "
@@ -36,9 +37,8 @@ def _principal(
         # Which one counts would be this server's guess, and a proxy in front may guess the
         # other way: a request carrying two is refused like one carrying a bad token.
         raise AuthError("malformed", "more than one Authorization header")
-    principal = govrag.verify_token(credentials.credentials if credentials else None).principal
-    request.state.principal = principal  # for the access log: who, never the token
-    return principal
+    verified = govrag.verify_token(credentials.credentials if credentials else None)
+    return admit(request, verified.principal)  # the rate limit counts verified callers only
 
 
 #: The opened deployment this app serves.

@@ -39,6 +39,7 @@ from govrag.settings.sections import (
     SourceSettings,
     StoreSettings,
 )
+from govrag.settings.server import ServerSettings
 from govrag.settings.sources import CONFIG_FILE, ENVIRONMENT
 
 __all__ = [
@@ -63,6 +64,7 @@ __all__ = [
     "RightsSettings",
     "SearchSettings",
     "Section",
+    "ServerSettings",
     "Settings",
     "SourceSettings",
     "StoreSettings",

@@ -47,6 +47,7 @@ from govrag.settings.sections import (
     SourceSettings,
     StoreSettings,
 )
+from govrag.settings.server import ServerSettings
 from govrag.settings.sources import (
     CONFIG_FILE,
     ENVIRONMENT,
@@ -94,6 +95,7 @@ class Settings(BaseSettings):
     curation: CurationSettings = CurationSettings()
     audit: AuditSettings = AuditSettings()
     auth: AuthSettings = AuthSettings()
+    server: ServerSettings = ServerSettings()
 
     @field_validator("sources")
     @classmethod

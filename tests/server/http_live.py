@@ -1,0 +1,109 @@
+"""Helpers of the HTTP edge's operations tests: a seeded deployment, uvicorn in this process on
+loopback, and a hold that keeps a real request open inside the governed path (so limits are
+tested at their bounds without timing anything)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+import govrag
+
+RECORDS = [
+    {"type": "identity", "email": "ana@bank.example", "source_system": "sp", "account_id": "S-1"},
+    {"type": "identity", "email": "ben@bank.example", "source_system": "sp", "account_id": "S-2"},
+    {"type": "document", "source_system": "sp", "external_id": "wire-limits", "corpus": "policy",
+     "title": "Wire transfer limits", "classification": "internal", "acl": ["S-1"],
+     "text": "The EU corporate wire limit is EUR 50,000 per day."},
+    {"type": "document", "source_system": "sp", "external_id": "card-fees", "corpus": "policy",
+     "title": "Card fees", "classification": "internal", "acl": ["S-2"],
+     "text": "Debit cards carry no annual fee."},
+]  # fmt: skip
+PRINCIPALS = {"principals": [
+    {"sub": "ana", "email": "ana@bank.example", "tenant": "bank", "clearance": "internal",
+     "doc_entitlements": ["policy:read"]},
+    {"sub": "ben", "email": "ben@bank.example", "tenant": "bank", "clearance": "internal",
+     "doc_entitlements": ["policy:read"]},
+]}  # fmt: skip
+
+
+def seed_bank(root: Path) -> Path:
+    """A deployment in ``root`` of tenant ``bank`` with two documents, each readable by one of
+    two principals (ana, ben), ingested."""
+    govrag.init(root, tenant="bank", corpora=["policy"])
+    (root / "principals.json").write_text(json.dumps(PRINCIPALS))
+    feed = root / "feed.jsonl"
+    feed.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    with govrag.open(root) as opened:
+        assert opened.ingest(feed).ok
+    return root
+
+
+@dataclass
+class Live:
+    """One uvicorn server in this process."""
+
+    server: uvicorn.Server
+    thread: threading.Thread
+    url: str
+
+    def stop(self) -> None:
+        self.server.should_exit = True  # what uvicorn's SIGTERM and SIGINT handlers do
+        self.thread.join(60)
+
+
+def start(api: Any, **options: Any) -> Live:
+    """Serve an ASGI app on a free loopback port (uvicorn options as keywords)."""
+    config = uvicorn.Config(api, host="127.0.0.1", port=0, log_level="warning", lifespan="off",
+                            **options)  # fmt: skip
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60  # a bound on start-up, not a timing assertion
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    return Live(server, thread, f"http://127.0.0.1:{port}")
+
+
+@dataclass
+class Hold:
+    """An audit observer that, once armed, holds the next request that commits a
+    ``pep_decision`` (on its worker thread, right after the commit) until released; it also
+    keeps every committed event as ``(request_id, kind, payload)``."""
+
+    armed: bool = False
+    entered: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+    events: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+
+    def arm(self) -> None:
+        self.entered.clear()
+        self.release.clear()
+        self.armed = True
+
+    def __call__(self, event: Any) -> None:
+        self.events.append((event.request_id, event.kind, event.payload))
+        if self.armed and event.kind == "pep_decision":
+            self.armed = False
+            self.entered.set()
+            self.release.wait(120)
+
+    def kinds(self, request_id: str) -> list[str]:
+        return [kind for rid, kind, _ in self.events if rid == request_id]
+
+
+def wait_for(condition: Callable[[], bool], what: str) -> None:
+    """Wait until ``condition()`` holds (a bound against hanging, not a timing assertion)."""
+    deadline = time.monotonic() + 60
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.01)
