@@ -1,13 +1,16 @@
 """What the HTTP tests share: the bank deployment they serve, uvicorn on loopback in this
-process, and bearer tokens of its principals (development tokens, verified like any other)."""
+process, bearer tokens of its principals (development tokens, verified like any other), and a
+hold that keeps a real request open inside the governed path (so limits are tested at their
+bounds without timing anything)."""
 
 from __future__ import annotations
 
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +44,8 @@ PRINCIPALS = {"principals": [
 
 
 def bank(root: Path) -> Path:
-    """A scaffolded deployment of tenant ``bank`` with :data:`PRINCIPALS`, and its feed."""
+    """A scaffolded deployment of tenant ``bank`` with :data:`PRINCIPALS`; returns its feed of
+    :data:`RECORDS` (not ingested)."""
     govrag.init(root, tenant="bank", corpora=["policy"])
     (root / "principals.json").write_text(json.dumps(PRINCIPALS))
     feed = root / "feed.jsonl"
@@ -49,12 +53,24 @@ def bank(root: Path) -> Path:
     return feed
 
 
-@contextmanager
-def serving(app: govrag.Govrag, **config: Any) -> Iterator[str]:
-    """``app``'s HTTP API on a free loopback port (uvicorn in a thread); yields its URL."""
-    server = uvicorn.Server(uvicorn.Config(create_app(app), host="127.0.0.1", port=0,
-                                           log_level="warning", lifespan="off",
-                                           **config))  # fmt: skip
+@dataclass
+class Live:
+    """One uvicorn server in this process."""
+
+    server: uvicorn.Server
+    thread: threading.Thread
+    url: str
+
+    def stop(self) -> None:
+        self.server.should_exit = True  # what uvicorn's SIGTERM and SIGINT handlers do
+        self.thread.join(60)
+
+
+def start(api: Any, **options: Any) -> Live:
+    """Serve an ASGI app on a free loopback port (uvicorn options as keywords)."""
+    config = uvicorn.Config(api, host="127.0.0.1", port=0, log_level="warning", lifespan="off",
+                            **options)  # fmt: skip
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 60  # a bound on start-up, not a timing assertion
@@ -62,12 +78,61 @@ def serving(app: govrag.Govrag, **config: Any) -> Iterator[str]:
         assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
         time.sleep(0.01)
     port = server.servers[0].sockets[0].getsockname()[1]
+    return Live(server, thread, f"http://127.0.0.1:{port}")
+
+
+@contextmanager
+def serving(app: govrag.Govrag, **config: Any) -> Iterator[str]:
+    """``app``'s HTTP API on a free loopback port (uvicorn in a thread); yields its URL."""
+    live = start(create_app(app), **config)
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield live.url
     finally:
-        server.should_exit = True
-        thread.join(30)
+        live.stop()
+
+
+def seed_bank(root: Path) -> Path:
+    """:func:`bank` in ``root``, its feed ingested; returns ``root``."""
+    feed = bank(root)
+    with govrag.open(root) as opened:
+        assert opened.ingest(feed).ok
+    return root
 
 
 def bearer(app: govrag.Govrag, sub: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {app.dev_token(sub)}"}
+
+
+@dataclass
+class Hold:
+    """An audit observer that, once armed, holds the next request that commits a
+    ``pep_decision`` (on its worker thread, right after the commit) until released; it also
+    keeps every committed event as ``(request_id, kind, payload)``."""
+
+    armed: bool = False
+    entered: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+    events: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+
+    def arm(self) -> None:
+        self.entered.clear()
+        self.release.clear()
+        self.armed = True
+
+    def __call__(self, event: Any) -> None:
+        self.events.append((event.request_id, event.kind, event.payload))
+        if self.armed and event.kind == "pep_decision":
+            self.armed = False
+            self.entered.set()
+            self.release.wait(120)
+
+    def kinds(self, request_id: str) -> list[str]:
+        return [kind for rid, kind, _ in self.events if rid == request_id]
+
+
+def wait_for(condition: Callable[[], bool], what: str) -> None:
+    """Wait until ``condition()`` holds (a bound against hanging, not a timing assertion)."""
+    deadline = time.monotonic() + 60
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.01)

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
-from http_live import Hold, seed_bank, start, wait_for
+from serving import Hold, seed_bank, start, wait_for
 
 import govrag
 from govrag.server import create_app

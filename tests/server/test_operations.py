@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI, Request
-from http_live import Hold, seed_bank, start
+from serving import Hold, seed_bank, start
 
 import govrag
 from govrag.cli.serve import uvicorn_options
