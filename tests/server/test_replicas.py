@@ -54,17 +54,20 @@ class Replica:
         # Its own derived index, as on its own machine: only the database is shared.
         env = {**env, "GOVRAG_STORE__INDEX_DIR": str(root.parent / f"index-{name}")}
         self.name = name
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "govrag", "serve", "--port", str(port), "-d", str(root)],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+        # Its log to a file: uvicorn logs every request, and a pipe nobody reads fills up.
+        self.log = root.parent / f"replica-{name}.log"
+        with self.log.open("w") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "govrag", "serve", "--port", str(port), "-d", str(root)],
+                env=env, stdout=subprocess.DEVNULL, stderr=log,
+            )  # fmt: skip
         self.client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
 
     def wait_ready(self) -> None:
         deadline = time.monotonic() + 120  # a bound on start-up, not a timing assertion
         while True:
             if self.process.poll() is not None:
-                pytest.fail(f"replica {self.name} exited: {self.process.communicate()[1][-3000:]}")
+                pytest.fail(f"replica {self.name} exited: {self.log.read_text()[-3000:]}")
             try:
                 if self.client.get("/readyz").status_code == 200:
                     return
@@ -82,8 +85,6 @@ class Replica:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        if self.process.stderr is not None:
-            self.process.stderr.close()
 
 
 @pytest.fixture(scope="module")
