@@ -18,7 +18,9 @@ queries on both paths, so neither path's result cache answers what the other war
 Every response is checked: any status but 200 (or exception) is an error, and every returned
 chunk (results, citations, pack chunks) is checked against an ACL reference computed by
 brute force from the generated data (:func:`bench.synthetic.readable_mask`): a chunk the
-principal may not read, or of another corpus, is a leak. Both must be 0.
+principal may not read, or of another corpus, is a leak. Both must be 0. That the check has
+teeth is counted too: ``unreadable_by_another`` is how many checked chunks another of the
+principals may not read (had the server mixed callers up, those would be leaks).
 
 Run from the repository root::
 
@@ -83,6 +85,8 @@ class Tally:
     error_samples: list[str] = field(default_factory=list)
     leaks: int = 0
     chunks_checked: int = 0
+    #: Checked chunks another principal may not read: the check could have caught a leak.
+    unreadable_by_another: int = 0
 
     def add_error(self, what: str) -> None:
         self.errors += 1
@@ -99,6 +103,7 @@ class Tally:
             "error_samples": self.error_samples,
             "leaks": self.leaks,
             "chunks_checked": self.chunks_checked,
+            "unreadable_by_another": self.unreadable_by_another,
             "all": _latency(every),
         }
         out.update({kind: _latency(series) for kind, series in self.ms.items()})
@@ -140,6 +145,9 @@ def _check(tally: Tally, request: Request, body: dict[str, Any], masks: list[Any
         except ValueError:
             allowed = False
         tally.leaks += not allowed
+        if allowed:
+            others = (m for i, m in enumerate(masks) if i != request.probe)
+            tally.unreadable_by_another += any(not m[index] for m in others)
 
 
 def _phase(

@@ -26,7 +26,8 @@ def test_the_http_load_benchmark_runs_clean_at_a_tiny_size(tmp_path: Path) -> No
     for name in ("http", "in_process"):
         figures = result[name]
         assert figures["requests"] == 6 and figures["errors"] == 0 and figures["leaks"] == 0
-        assert figures["chunks_checked"] > 0
+        # Some of what was checked another principal may not read: a mix-up would show.
+        assert figures["chunks_checked"] >= figures["unreadable_by_another"] > 0
     # The same requests, the same answers: both paths returned the same number of chunks.
     assert result["http"]["chunks_checked"] == result["in_process"]["chunks_checked"]
     assert "http throughput / in-process" in done.stdout

@@ -4,10 +4,10 @@ relies on lives in one process.
 Each replica is a subprocess with its own derived search index (as on another machine); they
 share the deployment's files (its keys, routes and policies) and the database, nothing else.
 A session opened on one is continued on the other with the same pin; another principal does
-not find it on either; a rights change or a deletion ingested by a third process (this one,
-through the application API) is honoured by both on their next request, including the very
-request each had just served from its result cache; and the examiner replays on one replica
-a request the other served, from the audit log alone.
+not find it on either; a rights change (a document's ACL, a group's members) or a deletion
+ingested by a third process (this one, through the application API) is honoured by both on
+their next request, including the very request each had just served from its result cache;
+and the examiner replays on one replica a request the other served, from the audit log alone.
 """
 
 from __future__ import annotations
@@ -41,6 +41,13 @@ REVOKED = {"type": "document", "source_system": "sp", "external_id": "drill-code
 DELETED = {"type": "document", "source_system": "sp", "external_id": "vault-hours",
            "corpus": "policy", "title": "Vault hours", "classification": "internal",
            "acl": ["S-1"], "text": "The vault opens at nine on weekdays."}  # fmt: skip
+#: ... and one she reads through a group, until the group loses her.
+GROUP = {"type": "group", "source_system": "sp", "group_id": "G-desk", "members": ["S-1"]}
+GROUPED = {"type": "document", "source_system": "sp", "external_id": "desk-keys",
+           "corpus": "policy", "title": "Desk keys", "classification": "internal",
+           "acl": ["G-desk"], "text": "The desk keys are kept in the top drawer."}  # fmt: skip
+QUERIES = {"drill-codes": "fire drill code", "vault-hours": "vault opens weekdays",
+           "desk-keys": "desk keys drawer"}  # fmt: skip
 RETRIEVE = "retrieve_documents"
 
 
@@ -92,7 +99,9 @@ def app(tmp_path_factory: pytest.TempPathFactory, pg_cluster: Any) -> Iterator[g
     """The deployment as a third process sees it: it ingests and mints tokens."""
     root = tmp_path_factory.mktemp("replicas") / "bank"
     feed = bank(root)
-    feed.write_text("".join(json.dumps(r) + "\n" for r in [*RECORDS, REVOKED, DELETED]))
+    feed.write_text(
+        "".join(json.dumps(r) + "\n" for r in [*RECORDS, REVOKED, DELETED, GROUP, GROUPED])
+    )
     store = pg_store_settings(pg_cluster)
     with govrag.open(root, store={**store, "index_dir": str(root.parent / "index-api")},
                      auth={"dev_tokens": True}) as opened:  # fmt: skip
@@ -179,19 +188,23 @@ def test_the_examiner_replays_on_one_replica_a_request_the_other_served(
     assert b.get("/v1/audit/verify", headers=bearer(app, "eve")).json()["ok"]
 
 
+def _search(replica: httpx.Client, app: govrag.Govrag, doc: dict[str, Any]) -> httpx.Response:
+    body = {"query": QUERIES[doc["external_id"]], "strategy": "keyword"}
+    search = replica.post("/v1/search", headers=bearer(app, "ana"), json=body)
+    assert search.status_code == 200, search.text
+    return search
+
+
 def _reads(replica: httpx.Client, app: govrag.Govrag, doc: dict[str, Any]) -> dict[str, Any]:
     """What ana gets of ``doc`` from ``replica`` by every route that can show it."""
     headers = bearer(app, "ana")
-    query = {"drill-codes": "fire drill code", "vault-hours": "vault opens weekdays"}[
-        doc["external_id"]
-    ]
-    search = replica.post("/v1/search", headers=headers,
-                          json={"query": query, "strategy": "keyword"})  # fmt: skip
+    query = QUERIES[doc["external_id"]]
+    search = _search(replica, app, doc)
     retrieve = replica.post("/v1/retrieve", headers=headers, json={
         "tool": RETRIEVE, "arguments": {"query": query, "corpus": "policy"}})  # fmt: skip
     ask = replica.post("/v1/ask", headers=headers, json={"question": f"{query}?"})
     meta = replica.get(f"/v1/documents/sp/{doc['external_id']}", headers=headers)
-    for r in (search, retrieve, ask):
+    for r in (retrieve, ask):
         assert r.status_code == 200, r.text
     return {
         "search": doc["external_id"] in ids(search.json()),
@@ -202,7 +215,9 @@ def _reads(replica: httpx.Client, app: govrag.Govrag, doc: dict[str, Any]) -> di
     }
 
 
-@pytest.mark.parametrize("doc", [REVOKED, DELETED], ids=["acl-change", "deletion"])
+@pytest.mark.parametrize(
+    "doc", [REVOKED, DELETED, GROUPED], ids=["acl-change", "deletion", "group-membership"]
+)
 def test_a_revocation_is_honoured_by_both_replicas_on_their_next_request(
     replicas: tuple[httpx.Client, httpx.Client], app: govrag.Govrag, doc: dict[str, Any],
     tmp_path: Path,
@@ -215,10 +230,15 @@ def test_a_revocation_is_honoured_by_both_replicas_on_their_next_request(
             "metadata": 200,
         }  # fmt: skip
         # The same search again is answered from this replica's result cache.
-        assert _reads(replica, app, doc)["search_cached"] == [True]
-    # Taken away by a third process: a new ACL without ana, or the document deleted.
-    deletion = {"type": "delete", "source_system": "sp", "external_id": doc["external_id"]}
-    change = {**doc, "acl": ["S-2"]} if doc is REVOKED else deletion
+        again = _search(replica, app, doc).json()
+        assert [p["cache_hit"] for p in again["packs"]] == [True]
+    # Taken away by a third process: a new ACL without ana, the document deleted, or ana
+    # taken out of the group the ACL names.
+    change = {
+        "drill-codes": {**doc, "acl": ["S-2"]},
+        "vault-hours": {"type": "delete", "source_system": "sp", "external_id": "vault-hours"},
+        "desk-keys": {**GROUP, "members": []},
+    }[doc["external_id"]]
     feed = tmp_path / "change.jsonl"
     feed.write_text(json.dumps(change) + "\n")
     assert app.ingest(feed).ok
