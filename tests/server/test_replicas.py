@@ -7,7 +7,8 @@ A session opened on one is continued on the other with the same pin; another pri
 not find it on either; a rights change (a document's ACL, a group's members) or a deletion
 ingested by a third process (this one, through the application API) is honoured by both on
 their next request, including the very request each had just served from its result cache;
-and the examiner replays on one replica a request the other served, from the audit log alone.
+one principal's hidden-item marker budget is spent across both; and the examiner replays on
+one replica a request the other served, from the audit log alone.
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ GROUPED = {"type": "document", "source_system": "sp", "external_id": "desk-keys"
 QUERIES = {"drill-codes": "fire drill code", "vault-hours": "vault opens weekdays",
            "desk-keys": "desk keys drawer"}  # fmt: skip
 RETRIEVE = "retrieve_documents"
+#: Hidden-item markers a principal may be shown per window, across the replicas.
+MARKER_BUDGET = 2
 
 
 class Replica:
@@ -116,7 +119,8 @@ def replicas(app: govrag.Govrag) -> Iterator[tuple[httpx.Client, httpx.Client]]:
     path = os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])
     env = {**os.environ, "PYTHONPATH": path, "GOVRAG_AUTH__DEV_TOKENS": "true",
            "GOVRAG_STORE__URL": store.url.get_secret_value(),
-           "GOVRAG_STORE__ADMIN_URL": store.admin_url.get_secret_value()}  # fmt: skip
+           "GOVRAG_STORE__ADMIN_URL": store.admin_url.get_secret_value(),
+           "GOVRAG_SEARCH__MARKER_BUDGET": str(MARKER_BUDGET)}  # fmt: skip
     started = [Replica(name, app.settings.deployment, env) for name in ("a", "b")]
     try:
         for replica in started:  # both start at once; wait for each
@@ -186,6 +190,22 @@ def test_the_examiner_replays_on_one_replica_a_request_the_other_served(
     assert body["verdict_before_search"] and body["chain_ok"]
     assert b.get(f"/v1/audit/requests/{rid}", headers=bearer(app, "ana")).status_code == 404
     assert b.get("/v1/audit/verify", headers=bearer(app, "eve")).json()["ok"]
+
+
+def test_the_marker_budget_is_one_for_both_replicas(
+    replicas: tuple[httpx.Client, httpx.Client], app: govrag.Govrag
+) -> None:
+    # ben may not read wire-limits, which is relevant: each search shows him the marker
+    # until his budget is spent, wherever he asks (a budget per process would show it on A
+    # again at the third search).
+    a, b = replicas
+    shown = []
+    for replica in (a, b, a):
+        r = replica.post("/v1/search", headers=bearer(app, "ben"),
+                         json={"query": "wire limit", "strategy": "keyword"})  # fmt: skip
+        assert r.status_code == 200, r.text
+        shown.append(r.json()["hidden"]["present"])
+    assert shown == [True] * MARKER_BUDGET + [False]
 
 
 def _search(replica: httpx.Client, app: govrag.Govrag, doc: dict[str, Any]) -> httpx.Response:
