@@ -81,6 +81,8 @@ class Tally:
 
     ms: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in KINDS})
     wall_s: float = 0.0
+    #: Each timed phase's throughput, in order (how much the machine moved between rounds).
+    round_rps: list[float] = field(default_factory=list)
     errors: int = 0
     error_samples: list[str] = field(default_factory=list)
     leaks: int = 0
@@ -99,6 +101,7 @@ class Tally:
             "requests": len(every),
             "wall_s": round(self.wall_s, 2),
             "throughput_rps": round(len(every) / self.wall_s, 2) if self.wall_s else 0.0,
+            "round_rps": self.round_rps,
             "errors": self.errors,
             "error_samples": self.error_samples,
             "leaks": self.leaks,
@@ -188,7 +191,9 @@ def _phase(
     for thread in threads:
         thread.join()
     if tally is not None:
-        tally.wall_s += time.perf_counter() - t0
+        wall = time.perf_counter() - t0
+        tally.wall_s += wall
+        tally.round_rps.append(round(len(requests) / wall, 2))
 
 
 def _in_process(app: govrag.Govrag, principals: list[Principal]) -> Callable[[int], Call]:
@@ -357,6 +362,9 @@ def table(result: dict[str, Any]) -> str:
         )
     got = result["throughput_ratio"]
     verdict = "ok" if got is not None and got >= TARGET_RATIO else "MISS"
+    pairs = zip(result["http"]["round_rps"], result["in_process"]["round_rps"], strict=True)
+    rounds = ", ".join(f"{h}/{b}" for h, b in pairs)
+    lines.append(f"per round, req/s http/in-process: {rounds}")
     lines.append(f"http throughput / in-process: {got}x (target >= {TARGET_RATIO}: {verdict}); "
                  f"p50 http / in-process {result['p50_ratio']}x")  # fmt: skip
     return "\n".join(lines)
