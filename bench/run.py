@@ -5,7 +5,7 @@ Run from the repository root::
     .venv/bin/python -m bench.run [--only NAME] [--chunks N] [--queries N] [--skip-minilm]
                                   [--pg-chunks N]
 
-(NAME: scifact, synthetic, postgres, pdp, governed, gateway, writeback, ingest)
+(NAME: scifact, synthetic, postgres, pdp, governed, gateway, writeback, ingest, http)
 
 Without ``--only``, SciFact and the synthetic corpus on SQLite run; the PostgreSQL benchmark
 (``bench/postgres.py``: a 1M-chunk load the first time) runs only with ``--only postgres``.
@@ -252,6 +252,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             "gateway",
             "writeback",
             "ingest",
+            "http",
         ),
         help="run one benchmark",
     )
@@ -279,7 +280,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=100_000,
         help="PostgreSQL: size of the SQLite store timed beside it (0: none)",
     )
+    parser.add_argument("--http-clients", type=int, default=8, help="HTTP load: clients")
+    parser.add_argument(
+        "--http-requests", type=int, default=400, help="HTTP load: requests per path per round"
+    )
+    parser.add_argument("--http-rounds", type=int, default=2, help="HTTP load: rounds")
     args = parser.parse_args(argv)
+    if min(args.http_clients, args.http_requests, args.http_rounds) < 1:
+        parser.error("--http-clients, --http-requests and --http-rounds must be >= 1")
     if args.chunks < 100 or args.gov_chunks < 100 or args.queries < WARMUP:
         parser.error(f"--chunks and --gov-chunks must be >= 100 and --queries >= {WARMUP}")
     if args.pg_chunks < 100 or args.pg_load_workers < 1 or args.pg_sqlite_chunks < 0:
@@ -348,6 +356,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         results["ingest"] = ing
         printed.append(lambda: say(ingest.table(ing)))
 
+    if args.only in (None, "http"):
+        from bench import http_load
+
+        load = http_load.run(args.chunks, args.http_clients, args.http_requests,
+                             args.http_rounds, args.seed, OUT_DIR, say)  # fmt: skip
+        results["http"] = load
+        printed.append(lambda: say(http_load.table(load)))
+
     if args.only == "postgres":
         # Imported here: it needs the `postgres` extra and the test server helper.
         from bench import postgres
@@ -376,7 +392,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     for show in printed:
         show()
     # A single benchmark's figures go to their own file, so they do not replace the full run's.
-    own_file = args.only in ("postgres", "pdp", "governed", "gateway", "writeback", "ingest")
+    own_file = args.only in (
+        "postgres",
+        "pdp",
+        "governed",
+        "gateway",
+        "writeback",
+        "ingest",
+        "http",
+    )
     path = OUT_DIR / (f"results-{args.only}.json" if own_file else "results.json")
     path.write_text(json.dumps(results, indent=2) + "\n")
     say(f"\nwrote {path} (total {results['total_s']}s)")

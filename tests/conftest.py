@@ -393,6 +393,8 @@ LONGEST_FILES = (
     "tests/attacks/test_cache_poisoning.py",
     "tests/test_testing.py",
     "tests/server/test_serve_cli.py",
+    "tests/server/test_replicas.py",
+    "tests/test_bench_http_load.py",
     "tests/gateway/test_cache_properties.py",
     "tests/agent/test_retrieve.py",
     "tests/harvest/test_cli_sources.py",
