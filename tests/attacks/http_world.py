@@ -137,7 +137,7 @@ def bank(
             os.environ[SECRET_ENV] = before
 
 
-def claims(sub: str, **over: Any) -> dict[str, Any]:
+def claims(sub: str, /, **over: Any) -> dict[str, Any]:
     """``sub``'s claims as the identity provider issues them now (``None`` drops a claim)."""
     now = datetime.now(UTC)
     base = {"iss": ISSUER, "aud": AUDIENCE, "sub": sub, **PEOPLE[sub], "iat": now, "nbf": now,
@@ -146,12 +146,12 @@ def claims(sub: str, **over: Any) -> dict[str, Any]:
     return {k: v for k, v in base.items() if v is not None}
 
 
-def token(key: rsa.RSAPrivateKey, sub: str, **over: Any) -> str:
+def token(key: rsa.RSAPrivateKey, sub: str, /, **over: Any) -> str:
     """A valid RS256 token of ``sub`` (unless ``over`` spoils it)."""
     return jwt.encode(claims(sub, **over), key, algorithm="RS256", headers={"kid": "rsa-1"})
 
 
-def hs_token(sub: str, **over: Any) -> str:
+def hs_token(sub: str, /, **over: Any) -> str:
     """A valid HS256 token of ``sub`` under the shared secret."""
     return jwt.encode(claims(sub, **over), SECRET, algorithm="HS256", headers={"kid": "hs-1"})
 
