@@ -1,0 +1,109 @@
+"""Hostile requests over HTTP that once broke the edge or the use case behind it: each must be
+a 4xx that names the rule (never a 500), and none may take identity from anywhere but the
+token.
+
+Found by playing the attacker against the served bank (``http_world``): a tool call whose
+arguments nest a few hundred lists deep is short (``[[[...]]]``), so the audit record of
+the refused proposal kept it as is, and the event model's validator then hit its recursion
+limit: a 500 where the caller had sent a bad request, and a proposal with no audit record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
+from http_world import bank, bearer, rsa_key, token
+
+import govrag
+from govrag.audit.trail import RECORD_DEPTH, recorded
+from server.serving import serving
+
+INVALID = "https://govrag.dev/problems/invalid-request"
+
+
+@pytest.fixture(scope="module")
+def world(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[govrag.Govrag, httpx.Client, rsa.RSAPrivateKey]]:
+    key = rsa_key()
+    with (
+        bank(tmp_path_factory.mktemp("hostile") / "bank", key) as app,
+        serving(app) as url,
+        httpx.Client(base_url=url, timeout=60) as client,
+    ):
+        yield app, client, key
+
+
+def nested(opening: str, closing: str, depth: int, inner: str = "") -> str:
+    return opening * depth + inner + closing * depth
+
+
+@pytest.mark.parametrize("depth", [20, 100, 300, 500, 900, 3000])
+@pytest.mark.parametrize("where", ["corpus", "extra"])
+@pytest.mark.parametrize("kind", ["list", "object"])
+def test_deeply_nested_tool_arguments_are_a_400_never_a_500(
+    world: tuple[govrag.Govrag, httpx.Client, rsa.RSAPrivateKey], depth: int, where: str,
+    kind: str,
+) -> None:  # fmt: skip
+    _, client, key = world
+    value = nested("[", "]", depth) if kind == "list" else nested('{"a":', "}", depth, "{}")
+    arguments = (f'{{"query":"wire","corpus":{value}}}' if where == "corpus"
+                 else f'{{"query":"wire","corpus":"policy","n":{value}}}')  # fmt: skip
+    body = f'{{"tool":"retrieve_documents","arguments":{arguments}}}'
+    headers = {**bearer(token(key, "ana")), "content-type": "application/json"}
+    r = client.post("/v1/retrieve", content=body, headers=headers)
+    assert r.status_code == 400, r.text
+    assert r.json()["type"] == INVALID
+
+
+def test_a_refused_deep_proposal_is_on_the_audit_record(
+    world: tuple[govrag.Govrag, httpx.Client, rsa.RSAPrivateKey],
+) -> None:
+    app, _, key = world
+    ana = app.verify_token(token(key, "ana")).principal
+    deep: list[object] = []
+    for _ in range(500):
+        deep = [deep]
+    with pytest.raises(govrag.InputError, match="nested deeper"):
+        app.retrieve(ana, "retrieve_documents", {"query": "wire", "corpus": deep})
+    # The refusal is the tenant's last proposal, the deep value summarised: a digest an
+    # examiner can match against the value, never the value itself.
+    proposals = [e.payload for e in app._dep.store.audit_events(ana.tenant)
+                 if "accepted" in e.payload]  # fmt: skip
+    assert proposals[-1]["accepted"] is False and "nested deeper" in proposals[-1]["error"]
+    assert set(proposals[-1]["arguments"]) == {"sha256", "chars", "prefix"}
+
+
+def test_recorded_summarises_a_value_nested_deeper_than_its_bound() -> None:
+    shallow = {"a": [[1, 2], {"b": "c"}]}
+    assert recorded(shallow) is shallow
+    deep: list[object] = []
+    for _ in range(RECORD_DEPTH + 1):
+        deep = [deep]
+    summary = recorded(deep)
+    assert set(summary) == {"sha256", "chars", "prefix"}
+    assert summary["chars"] == 2 * (RECORD_DEPTH + 2)
+    at_bound: list[object] = []
+    for _ in range(RECORD_DEPTH - 1):
+        at_bound = [at_bound]
+    assert recorded(at_bound) is at_bound
+
+
+def test_identity_headers_and_query_parameters_change_nothing(
+    world: tuple[govrag.Govrag, httpx.Client, rsa.RSAPrivateKey],
+) -> None:
+    _, client, key = world
+    ben = bearer(token(key, "ben"))
+    plain = client.post("/v1/search", json={"query": "corporate wire limit"}, headers=ben)
+    smuggled = client.post(
+        "/v1/search?sub=ana&tenant=other&email=ana@bank.example",
+        json={"query": "corporate wire limit"},
+        headers={**ben, "X-Forwarded-User": "ana", "X-Remote-User": "ana",
+                 "X-Tenant": "other", "X-Email": "ana@bank.example"},
+    )  # fmt: skip
+    assert plain.status_code == smuggled.status_code == 200
+    seen = [{h["doc_id"] for h in r.json()["results"]} for r in (plain, smuggled)]
+    assert seen[0] == seen[1] and "wire-limits" not in seen[1]
