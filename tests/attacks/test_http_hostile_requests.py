@@ -2,20 +2,27 @@
 a 4xx that names the rule (never a 500), and none may take identity from anywhere but the
 token.
 
-Found by playing the attacker against the served bank (``http_world``): a tool call whose
-arguments nest a few hundred lists deep is short (``[[[...]]]``), so the audit record of
-the refused proposal kept it as is, and the event model's validator then hit its recursion
-limit: a 500 where the caller had sent a bad request, and a proposal with no audit record.
+Found by playing the attacker against the served bank (``http_world``):
+
+- a tool call whose arguments nest a few hundred lists deep is short (``[[[...]]]``), so the
+  audit record of the refused proposal kept it as is, and the event model's validator then
+  hit its recursion limit: a 500 where the caller had sent a bad request, and a proposal with
+  no audit record;
+- a click was decided on the document's corpus alone, never on a route's scope: a 204 for a
+  document in a corpus no route of the caller's allows (and the 404 of an absent one
+  otherwise), so a click confirmed what noninterference says a route must not show, and
+  moved the access counter of documents outside any route.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
-from http_world import bank, bearer, rsa_key, token
+from http_world import bank, bearer, doc, records, rsa_key, token
 
 import govrag
 from govrag.audit.trail import RECORD_DEPTH, recorded
@@ -107,3 +114,37 @@ def test_identity_headers_and_query_parameters_change_nothing(
     assert plain.status_code == smuggled.status_code == 200
     seen = [{h["doc_id"] for h in r.json()["results"]} for r in (plain, smuggled)]
     assert seen[0] == seen[1] and "wire-limits" not in seen[1]
+
+
+def test_a_click_outside_the_routes_scope_is_the_404_of_an_absent_document(
+    world: tuple[govrag.Govrag, httpx.Client, rsa.RSAPrivateKey], tmp_path: Path
+) -> None:
+    app, client, key = world
+    # ana is entitled to hr and on the document's access list, but her route is policy/fresh.
+    feed = tmp_path / "hr.jsonl"
+    feed.write_text(records(doc("hr-bonus", "HR bonus memo.", ["S-1"], corpus="hr")))
+    assert app.ingest(feed).ok
+    ana = bearer(token(key, "ana"))
+    outside = client.post("/v1/click", json={"source_system": "sp", "external_id": "hr-bonus"},
+                          headers=ana)  # fmt: skip
+    absent = client.post("/v1/click", json={"source_system": "sp", "external_id": "hr-gone!"},
+                         headers=ana)  # fmt: skip
+    assert outside.status_code == absent.status_code == 404
+    assert outside.json()["detail"].replace("hr-bonus", "X") == absent.json()["detail"].replace(
+        "hr-gone!", "X"
+    )
+    # The decision is on record: the route's scope refused the corpus, nothing was counted.
+    decisions = [e.payload for e in app._dep.store.audit_events("bank")
+                 if e.payload.get("resource") == "hr"]  # fmt: skip
+    assert decisions and decisions[-1]["verdict"] == "DENY"
+    # In her route's scope the same click counts; a session that is not hers, or a route that
+    # does not exist, is the same 404 whether the document exists or not.
+    inside = {"source_system": "sp", "external_id": "wire-limits"}
+    assert client.post("/v1/click", json=inside, headers=ana).status_code == 204
+    ben_session = client.post("/v1/sessions", json={}, headers=bearer(token(key, "ben")))
+    for extra in ({"session": ben_session.json()["session_id"]}, {"route": "nope"}):
+        mine = client.post("/v1/click", json=inside | extra, headers=ana)
+        gone = client.post("/v1/click", json={**inside, "external_id": "gone"} | extra,
+                           headers=ana)  # fmt: skip
+        assert mine.status_code == gone.status_code == 404
+        assert mine.json() == gone.json()

@@ -165,6 +165,9 @@ CASES: dict[str, Case] = {
                                        refused(404, "not-found")),
     "click not mine": Case("click", "ben", {"source_system": "sp", "external_id": "wire-limits"},
                            refused(404, "not-found")),
+    # A corpus ana is entitled to and on the ACL of, but outside her route: no click either.
+    "click unrouted": Case("click", "ana", {"source_system": "sp", "external_id": "hr-wire"},
+                           refused(404, "not-found")),
     "click above clearance": Case("click", "ana", {"source_system": "sp",
                                                    "external_id": "wire-memo"},
                                   refused(404, "not-found")),

@@ -220,34 +220,46 @@ class Govrag:
         return self._dep.tools.document(principal, source_system, external_id, route_id=route,
                                         session_id=session)  # fmt: skip
 
-    def click(self, principal: Principal, source_system: str, external_id: str) -> None:
+    def click(
+        self,
+        principal: Principal,
+        source_system: str,
+        external_id: str,
+        *,
+        route: str | None = None,
+        session: str | None = None,
+    ) -> None:
         """Count a click on a document's source (the access counter's other signal), only for
-        a document ``principal`` may read in a corpus the policy gate lets it retrieve;
-        anything else is the same :class:`NotFoundError`, so a click tests nothing."""
+        a document ``principal`` may read in a corpus of the route's scope (``route``, or
+        ``session``'s, or the default route's) that the policy gate lets it retrieve; anything
+        else is the same :class:`NotFoundError`, so a click tests nothing."""
         from govrag.agent.retrieve import RETRIEVE_TOOL
         from govrag.policy.pep import Proposal
-        from govrag.types import Retrieval
 
+        request_id = f"req-{secrets.token_hex(8)}"
+        governed = self._dep.governed
+        # The session first, whatever the document: an unknown route or someone else's
+        # session is refused alike for a document that exists and one that does not.
+        pinned = governed.session(principal, request_id=request_id, route_id=route,
+                                  session_id=session)  # fmt: skip
         store = self._dep.store
         document = store.readable_document(principal, source_system, external_id)
         verdict = "DENY"
         if document is not None:
-            corpus = document.corpus
-            # A click is a proposal like any other: decided and audited before it counts.
-            proposal = Proposal(tool="click", action=RETRIEVE_TOOL, corpus=corpus,
+            # A click is a proposal like any other: decided against the pinned route's scope
+            # (a corpus outside it is DENY, as for a retrieve) and audited before it counts.
+            proposal = Proposal(tool="click", action=RETRIEVE_TOOL, corpus=document.corpus,
                                 query=f"{source_system}:{external_id}")  # fmt: skip
-            done = self._dep.pep.enforce(
+            decision, _ = governed.run_tool(
                 principal,
-                Retrieval(mode="tool", scope=(corpus,)),
+                pinned,
                 proposal,
-                lambda _: store.record_access(
+                lambda: store.record_access(
                     principal.tenant, [(source_system, external_id)], kind="click"
                 ),
-                route_id="click",
-                request_id=f"req-{secrets.token_hex(8)}",
-                session_id="",
+                request_id,
             )
-            verdict = done.decision.verdict
+            verdict = decision.verdict
         if verdict != "ALLOW":
             ref = f"{source_system}:{external_id}"
             raise NotFoundError(f"no document {ref!r} that {principal.sub!r} may read")
