@@ -155,7 +155,13 @@ def matrix(key: rsa.RSAPrivateKey) -> dict[str, dict[str, str]]:
     return headers
 
 
-@pytest.fixture(scope="module", params=BACKENDS)
+#: The token is refused before any store is read, so the matrix runs on one backend; what a
+#: good token may then see (revocation, sessions) is the store's, so that runs on both.
+ONE_BACKEND = pytest.mark.parametrize("world", ["sqlite"], indirect=True)
+BOTH_BACKENDS = pytest.mark.parametrize("world", BACKENDS, indirect=True)
+
+
+@pytest.fixture(scope="module")
 def world(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[govrag.Govrag, httpx.Client, rsa.RSAPrivateKey]]:
@@ -177,6 +183,7 @@ def send(client: httpx.Client, method: str, path: str, body: Any,
     return client.request(method, path, json=body, headers=headers)
 
 
+@ONE_BACKEND
 def test_the_routes_here_are_every_v1_operation(world: Any) -> None:
     _, client, _ = world
     schema = client.get("/openapi.json").json()
@@ -189,6 +196,7 @@ def test_the_routes_here_are_every_v1_operation(world: Any) -> None:
     assert templates == operations
 
 
+@ONE_BACKEND
 def test_no_bad_token_passes_any_route_and_every_refusal_is_one_answer(world: Any) -> None:
     _, client, key = world
     accepted, answered = [], set()
@@ -207,6 +215,7 @@ def test_no_bad_token_passes_any_route_and_every_refusal_is_one_answer(world: An
     assert len(answered) == 1
 
 
+@ONE_BACKEND
 def test_two_authorization_headers_are_refused_even_when_both_are_good(world: Any) -> None:
     _, client, key = world
     good = token(key, "ana")
@@ -216,6 +225,7 @@ def test_two_authorization_headers_are_refused_even_when_both_are_good(world: An
         assert r.status_code == 401 and r.json() == REFUSED, path
 
 
+@ONE_BACKEND
 def test_good_tokens_of_both_keys_pass_every_route(world: Any) -> None:
     # The control: the matrix is refused for its faults, not because nothing gets in.
     _, client, key = world
@@ -229,6 +239,7 @@ def test_good_tokens_of_both_keys_pass_every_route(world: Any) -> None:
 BONUS = "The 2026 bonus plan pays twelve percent to the corporate desk."
 
 
+@BOTH_BACKENDS
 def test_a_right_revoked_after_the_token_was_issued_is_gone_for_that_token(
     world: Any, tmp_path: Path
 ) -> None:
@@ -268,6 +279,7 @@ def test_a_right_revoked_after_the_token_was_issued_is_gone_for_that_token(
     )
 
 
+@BOTH_BACKENDS
 def test_a_session_is_its_openers_on_every_route_that_takes_one(world: Any) -> None:
     _, client, key = world
     ana = bearer(token(key, "ana"))
