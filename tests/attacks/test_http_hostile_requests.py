@@ -11,7 +11,10 @@ Found by playing the attacker against the served bank (``http_world``):
 - a click was decided on the document's corpus alone, never on a route's scope: a 204 for a
   document in a corpus no route of the caller's allows (and the 404 of an absent one
   otherwise), so a click confirmed what noninterference says a route must not show, and
-  moved the access counter of documents outside any route.
+  moved the access counter of documents outside any route;
+- a token whose identity claims hold a NUL character (an identity provider's bug, or a
+  profile field it copies unchecked) was accepted: on SQLite as a principal nobody else is,
+  on PostgreSQL as a 503 "store unavailable" for every request it made.
 """
 
 from __future__ import annotations
@@ -148,3 +151,21 @@ def test_a_click_outside_the_routes_scope_is_the_404_of_an_absent_document(
                            headers=ana)  # fmt: skip
         assert mine.status_code == gone.status_code == 404
         assert mine.json() == gone.json()
+
+
+@pytest.mark.parametrize(
+    "claim",
+    [{"sub": "ana\x00"}, {"email": "ana@bank.example\x00"}, {"tenant": "bank\x00"},
+     {"roles": ["analyst", "examiner\x00"]}, {"doc_entitlements": ["policy:read\x00"]}],
+    ids=["sub", "email", "tenant", "roles", "entitlements"],
+)  # fmt: skip
+def test_a_token_whose_identity_holds_a_nul_is_refused(
+    world: tuple[govrag.Govrag, httpx.Client, rsa.RSAPrivateKey], claim: dict[str, object]
+) -> None:
+    _, client, key = world
+    r = client.post(
+        "/v1/search", json={"query": "wire"}, headers=bearer(token(key, "ana", **claim))
+    )
+    assert r.status_code == 401, r.text
+    with pytest.raises(ValueError, match="NUL"):
+        govrag.Principal(**{"sub": "ana", "email": "ana@bank.example", "tenant": "bank", **claim})
