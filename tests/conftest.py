@@ -404,6 +404,8 @@ LONGEST_FILES = (
     "tests/embed/test_onnx_query.py",
     "tests/store/test_equivalence.py",
     "tests/attacks/test_review_a1.py",
+    "tests/server/test_schemathesis.py",
+    "tests/attacks/test_http_tokens.py",
 )
 
 

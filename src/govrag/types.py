@@ -171,6 +171,21 @@ class Principal(Frozen):
     def _parse_clearance(cls, value: object) -> Classification:
         return Classification.parse(value)
 
+    @field_validator("sub", "email", "tenant", "roles", "doc_entitlements")
+    @classmethod
+    def _text_only(cls, value: str | tuple[str, ...]) -> str | tuple[str, ...]:
+        # An identity is compared, stored and logged as text: a NUL is refused by PostgreSQL
+        # (a "store unavailable" for one caller) yet kept by SQLite, and a lone surrogate has
+        # no UTF-8 at all. Claims holding either make no principal, on any backend.
+        for text in (value,) if isinstance(value, str) else value:
+            if "\x00" in text:
+                raise ValueError("holds a NUL character")
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("holds an unpaired surrogate") from None
+        return value
+
     @field_validator("email")
     @classmethod
     def _check_email(cls, value: str) -> str:

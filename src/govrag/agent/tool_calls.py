@@ -41,7 +41,7 @@ from govrag.policy.pep import Proposal
 from govrag.routes.models import Tool
 from govrag.routes.payload import CheckedProposal, check_proposal, offered_tools
 from govrag.routes.session import Session
-from govrag.types import DocumentInfo, Principal, Retrieval, SearchRequest, Strategy
+from govrag.types import DocumentInfo, Principal, SearchRequest, Strategy
 
 #: ``tenant -> [(corpus id, description)]``: what a ``list`` tool may describe.
 Catalog = Callable[[str], list[tuple[str, str]]]
@@ -196,29 +196,41 @@ class CallerTools:
             return DocumentListing(request_id, session.session_id, session.route_id, info,
                                    decision)  # fmt: skip
 
-    def click(self, principal: Principal, source_system: str, external_id: str) -> None:
+    def click(
+        self,
+        principal: Principal,
+        source_system: str,
+        external_id: str,
+        *,
+        route_id: str | None = None,
+        session_id: str | None = None,
+    ) -> None:
         """Count a click on a document's source (the access counter's other signal), only
-        for a document ``principal`` may read in a corpus the policy gate lets it retrieve;
-        anything else is the same :class:`NotFoundError`, so a click tests nothing."""
-        info = self._read_document(principal, source_system, external_id)
-        verdict = "DENY"
-        if info is not None:
-            # A click is a proposal like any other: decided and audited before it counts.
-            proposal = Proposal(tool="click", action=RETRIEVE_TOOL, corpus=info.corpus,
-                                query=f"{source_system}:{external_id}")  # fmt: skip
-            done = self._governed.pep.enforce(
-                principal,
-                Retrieval(mode="tool", scope=(info.corpus,)),
-                proposal,
-                lambda _: self._count_click(principal.tenant, source_system, external_id),
-                route_id="click",
-                request_id=f"req-{secrets.token_hex(8)}",
-                session_id="",
-            )
-            verdict = done.decision.verdict
-        if verdict != "ALLOW":
-            ref = f"{source_system}:{external_id}"
-            raise NotFoundError(f"no document {ref!r} that {principal.sub!r} may read")
+        for a document ``principal`` may read in a corpus of the pinned route's scope that the
+        policy gate lets it retrieve; anything else is the same :class:`NotFoundError`, so a
+        click tests nothing."""
+        # The session first, whatever the document: an unknown route or someone else's
+        # session is refused alike for a document that exists and one that does not.
+        with self._call(principal, route_id, session_id) as (session, request_id, _):
+            info = self._read_document(principal, source_system, external_id)
+            verdict = "DENY"
+            if info is not None:
+                # A click is a proposal like any other: decided against the pinned route's
+                # scope (a corpus outside it is DENY, as for a retrieve), audited before it
+                # counts.
+                proposal = Proposal(tool="click", action=RETRIEVE_TOOL, corpus=info.corpus,
+                                    query=f"{source_system}:{external_id}")  # fmt: skip
+                decision, _ = self._governed.run_tool(
+                    principal,
+                    session,
+                    proposal,
+                    lambda: self._count_click(principal.tenant, source_system, external_id),
+                    request_id,
+                )
+                verdict = decision.verdict
+            if verdict != "ALLOW":
+                ref = f"{source_system}:{external_id}"
+                raise NotFoundError(f"no document {ref!r} that {principal.sub!r} may read")
 
     # -- the shared steps --------------------------------------------------------------------
 

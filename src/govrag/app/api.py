@@ -230,12 +230,23 @@ class Govrag:
         return self._dep.tools.document(principal, source_system, external_id, route_id=route,
                                         session_id=session)  # fmt: skip
 
-    def click(self, principal: Principal, source_system: str, external_id: str) -> None:
+    def click(
+        self,
+        principal: Principal,
+        source_system: str,
+        external_id: str,
+        *,
+        route: str | None = None,
+        session: str | None = None,
+    ) -> None:
         """Count a click on a document's source (the access counter's other signal), only for
-        a document ``principal`` may read in a corpus the policy gate lets it retrieve;
-        anything else is the same :class:`NotFoundError`, so a click tests nothing."""
-        require_text(source_system=source_system, external_id=external_id)
-        self._dep.tools.click(principal, source_system, external_id)
+        a document ``principal`` may read in a corpus of the route's scope (``route``, or
+        ``session``'s, or the default route's) that the policy gate lets it retrieve; anything
+        else is the same :class:`NotFoundError`, so a click tests nothing."""
+        require_text(source_system=source_system, external_id=external_id, route=route,
+                     session=session)  # fmt: skip
+        self._dep.tools.click(principal, source_system, external_id, route_id=route,
+                              session_id=session)  # fmt: skip
 
     def writeback_admit(self, candidate: WriteBackCandidate) -> AdmissionResult:
         """Offer memory to the controlled write-back store: admitted only through its

@@ -5,10 +5,10 @@ Two rules every writer of a request's audit trail follows, kept here so there is
 - **Recorded values are bounded.** A query, a question or a model's tool arguments are caller-
   or model-supplied and can be any size or any text, lone surrogates included. :func:`recorded`
   returns the value itself when its canonical JSON is valid UTF-8 text of at most
-  :data:`RECORD_CHARS` characters; otherwise a summary: its SHA-256 (over the UTF-8 bytes,
-  lone surrogates passed through), its length and an escaped prefix. An examiner can still
-  match a summary against a value they hold; the log never grows with the input, and an
-  event is always writable.
+  :data:`RECORD_CHARS` characters, nested at most :data:`RECORD_DEPTH` deep; otherwise a
+  summary: its SHA-256 (over the UTF-8 bytes, lone surrogates passed through), its length and
+  an escaped prefix. An examiner can still match a summary against a value they hold; the log
+  never grows with the input, and an event is always writable.
 - **A trail that was opened is closed.** :func:`closing_trail` wraps a request after its
   session is open: whatever fails inside (the gateway, validation, the model adapter,
   delivery) is recorded as an ``error`` event (the error's class, and for govrag's own errors
@@ -36,6 +36,10 @@ log = logging.getLogger("govrag.audit")
 RECORD_CHARS = 1024
 #: Characters of a summarised value's prefix.
 PREFIX_CHARS = 128
+#: Deepest nesting of lists and objects recorded as is. Depth costs few characters (``[[[...]]]``
+#: 500 deep is 1,000), and the event models refuse values nested past their validator's
+#: recursion limit: such a value is summarised, or the event could not be written at all.
+RECORD_DEPTH = 32
 
 
 def safe_text(text: str) -> str:
@@ -58,10 +62,24 @@ def recorded(value: Any, *, limit: int = RECORD_CHARS) -> Any:
         except (TypeError, ValueError, RecursionError):
             text = f"<{type(value).__name__} that is not JSON>"
             return {"sha256": None, "chars": None, "prefix": text}
-    if len(text) <= limit and safe_text(text) is text:
+    if len(text) <= limit and safe_text(text) is text and not _deeper(value, RECORD_DEPTH):
         return value
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
     return {"sha256": digest, "chars": len(text), "prefix": safe_text(text[:PREFIX_CHARS])}
+
+
+def _deeper(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests lists or objects more than ``limit`` deep (without recursing:
+    the value is the caller's)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list | tuple):
+            if depth >= limit:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def error_event(exc: BaseException, stage: str) -> ErrorEvent:

@@ -120,12 +120,15 @@ class SessionBody(Body):
 
 
 class ClickBody(Body):
-    """A click on a document's source link (counted only for a document you may read)."""
+    """A click on a document's source link (counted only for a document you may read, in a
+    corpus of the route's scope)."""
 
     model_config = _example(examples.CLICK_BODY)
 
     source_system: Name = Field(examples=["sharepoint"])
     external_id: Name = Field(examples=["wire-limits"])
+    route: Name | None = Field(default=None, description="Default: the deployment's route.")
+    session: Name | None = Field(default=None, description="The session the link was in.")
 
 
 class MemoryBody(Body):

@@ -116,7 +116,8 @@ def document(source_system: Name, external_id: Name, caller: Caller, api: Api,
 @router.post("/click", tags=["retrieval"], status_code=204,
              summary="Count a click on a document you may read (else not found).")  # fmt: skip
 def click(body: ClickBody, caller: Caller, api: Api) -> Response:
-    api.click(caller, body.source_system, body.external_id)
+    api.click(caller, body.source_system, body.external_id, route=body.route,
+              session=body.session)  # fmt: skip
     return Response(status_code=204)
 
 
