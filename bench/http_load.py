@@ -257,6 +257,9 @@ def serve(dep: Path, log: Path) -> Iterator[str]:
         port = s.getsockname()[1]
     src = str(Path(govrag.__file__).resolve().parents[1])
     env = {**os.environ, "GOVRAG_AUTH__DEV_TOKENS": "true",
+           # The bench measures the governed path under load, not the per-caller rate limit
+           # (three principals send hundreds of requests a minute each).
+           "GOVRAG_SERVER__RATE_PER_MINUTE": "1000000", "GOVRAG_SERVER__RATE_BURST": "100000",
            "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}  # fmt: skip
     with log.open("w") as sink:  # uvicorn logs every request: a file, never an unread pipe
         process = subprocess.Popen(

@@ -42,6 +42,10 @@ PRINCIPALS = {"principals": [
     {"sub": "eve", "email": "eve@bank.example", "tenant": "bank", "roles": ["examiner"]},
 ]}  # fmt: skip
 
+#: ``[server]`` for tests about what requests see, not how many one caller may send
+#: (test_limits.py): no caller meets the rate limit, whatever the machine's speed.
+UNLIMITED = {"rate_per_minute": 1_000_000, "rate_burst": 100_000}
+
 
 def bank(root: Path) -> Path:
     """A scaffolded deployment of tenant ``bank`` with :data:`PRINCIPALS`; returns its feed of

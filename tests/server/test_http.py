@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from serving import bank, bearer, serving
+from serving import UNLIMITED, bank, bearer, serving
 
 import govrag
 
@@ -24,7 +24,7 @@ REFUSED = {"type": "https://govrag.dev/problems/unauthorized", "title": "Unautho
 def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[govrag.Govrag]:
     feed = bank(tmp_path_factory.mktemp("http") / "bank")
     with govrag.open(
-        feed.parent, auth={"dev_tokens": True, "tenants": ["bank", "other"]}
+        feed.parent, auth={"dev_tokens": True, "tenants": ["bank", "other"]}, server=UNLIMITED
     ) as opened:
         assert opened.ingest(feed).ok
         yield opened

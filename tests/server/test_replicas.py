@@ -120,7 +120,10 @@ def replicas(app: govrag.Govrag) -> Iterator[tuple[httpx.Client, httpx.Client]]:
     env = {**os.environ, "PYTHONPATH": path, "GOVRAG_AUTH__DEV_TOKENS": "true",
            "GOVRAG_STORE__URL": store.url.get_secret_value(),
            "GOVRAG_STORE__ADMIN_URL": store.admin_url.get_secret_value(),
-           "GOVRAG_SEARCH__MARKER_BUDGET": str(MARKER_BUDGET)}  # fmt: skip
+           "GOVRAG_SEARCH__MARKER_BUDGET": str(MARKER_BUDGET),
+           # Many requests of one caller, about what they see, not how many they may send.
+           "GOVRAG_SERVER__RATE_PER_MINUTE": "1000000",
+           "GOVRAG_SERVER__RATE_BURST": "100000"}  # fmt: skip
     started = [Replica(name, app.settings.deployment, env) for name in ("a", "b")]
     try:
         for replica in started:  # both start at once; wait for each

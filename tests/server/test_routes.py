@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from serving import bank, bearer, serving
+from serving import UNLIMITED, bank, bearer, serving
 
 import govrag
 
@@ -30,6 +30,7 @@ def app(
     settings: dict[str, Any] = {
         "auth": {"dev_tokens": True, "tenants": ["bank", "other"]},
         "writeback": {"enabled": True, "allowed_agents": ["ana"]},
+        "server": UNLIMITED,
     }
     if request.param == "postgres":
         settings["store"] = pg_store_settings(request.getfixturevalue("pg_cluster"))
