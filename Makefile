@@ -46,7 +46,8 @@ test: lint compile
 # The whole suite with the slow tests too, and the longest property tests searching
 # GOVRAG_DEEP times as many examples (tests/conftest.py: examples()).
 test-slow: $(VENV)/.stamp-dev
-	GOVRAG_DEEP=1 $(BIN)/python -m pytest -m "not llm_live" -q -n 3 --dist loadfile; rc=$$?; \
+	GOVRAG_DEEP=1 GOVRAG_CRASH_RUNS=40 $(BIN)/python -m pytest -m "not llm_live" -q -n 3 \
+	  --dist loadfile; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 # govrag against a real local model: llama-cpp-python's OpenAI-compatible server with

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import unicodedata
 from datetime import datetime
 from enum import IntEnum, StrEnum
@@ -259,6 +260,10 @@ class MetadataFilter(Frozen):
         for v in self._all_values():
             if isinstance(v, str):
                 _check_text(v, f"filter value for {self.key!r}")
+            elif isinstance(v, float) and not math.isfinite(v):
+                # NaN equals nothing and an infinity bounds nothing: a filter that cannot
+                # mean what it says is the caller's mistake, said so, not an empty result.
+                raise ValueError(f"filter on {self.key!r}: {v} is not a finite number")
 
     def _all_values(self) -> list[MetaValue]:
         out: list[MetaValue] = [v for v in (self.value, self.gte, self.lte) if v is not None]

@@ -41,7 +41,15 @@ from conftest import pg_store_settings
 
 PROBLEMS = "https://govrag.dev/problems/"
 #: Random per request (or per session, per token) and nothing else: what may differ.
-RANDOM = {"request_id", "session_id", "context_pack_id", "audit_id", "expires_at", "id"}
+RANDOM = {
+    "request_id",
+    "session_id",
+    "context_pack_id",
+    "audit_id",
+    "expires_at",
+    "token_exp",
+    "id",
+}
 #: Whether an earlier identical request warmed the result cache: the twin runs back to back,
 #: so one of them may be served from the cache (that it then equals the other is the check).
 STATEFUL = {"cache_hit"}

@@ -263,7 +263,7 @@ def run_on_sqlite(scenario: Scenario) -> None:
         check(scenario, open_world)
 
 
-@deep(14)
+@deep(10)
 @given(scenario=scenarios())
 def test_sqlite_outputs_do_not_depend_on_what_p_cannot_see(scenario: Scenario) -> None:
     run_on_sqlite(scenario)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 N_DOCS = 600
-RUNS = int(os.environ.get("GOVRAG_CRASH_RUNS", "20"))
+RUNS = int(os.environ.get("GOVRAG_CRASH_RUNS", "10"))
 
 
 def corpus(path: Path) -> None:

@@ -6,6 +6,7 @@ its rights allow."""
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -121,10 +122,17 @@ def test_identity_in_the_body_is_refused(
 
 def test_bad_bodies_name_the_field(client: httpx.Client, app: govrag.Govrag) -> None:
     cases = [({}, "query"), ({"query": ""}, "query"), ({"query": "x" * 5000}, "query"),
-             ({"query": "x", "top_k": 0}, "top_k"),
+             ({"query": "x", "top_k": 0}, "top_k"), ({"query": "x", "top_k": True}, "top_k"),
+             ({"query": "x", "filters": [{"key": "year", "op": "eq", "value": float("nan")}]},
+              "filters.0"),
+             ({"query": "x", "filters": [{"key": "year", "op": "range",
+                                          "lte": float("inf")}]}, "filters.0"),
              ({"query": "x", "strategy": "magic"}, "strategy")]  # fmt: skip
     for body, field in cases:
-        r = client.post("/v1/search", json=body, headers=bearer(app, "ana"))
+        # NaN and Infinity as Python's JSON writes them (not standard JSON, but parsed).
+        raw = json.dumps(body).encode()
+        r = client.post("/v1/search", content=raw, headers={
+            **bearer(app, "ana"), "content-type": "application/json"})  # fmt: skip
         assert r.status_code == 400 and field in r.json()["fields"], (body, r.text)
     r = client.post("/v1/search", content=b"{not json", headers={
         **bearer(app, "ana"), "content-type": "application/json"})  # fmt: skip

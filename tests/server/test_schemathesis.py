@@ -37,7 +37,7 @@ from serving import UNLIMITED, bank, serving
 import govrag
 
 #: Cases per operation and mode in ``make test`` and in ``make test-slow``.
-EXAMPLES = 20
+EXAMPLES = 12
 DEEP_EXAMPLES = 300
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
           response_schema_conformance, ignored_auth]  # fmt: skip

@@ -230,7 +230,7 @@ cases = given(
 )
 
 
-@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(24), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @cases
 def test_sqlite_matches_reference_model(
     world: World, query: str, ceiling: int, k: int, corpora: list[str] | None
@@ -243,7 +243,7 @@ def test_sqlite_matches_reference_model(
             store.close()
 
 
-@settings(max_examples=examples(16), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(12), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @cases
 def test_postgres_matches_reference_model(
     pg_cluster: PgServer,

@@ -70,7 +70,7 @@ class SearchBody(Body):
     route: Name | None = Field(default=None, description="Default: the deployment's route.")
     session: Name | None = Field(default=None, description="Continue this session (yours).")
     strategy: Strategy | None = None
-    top_k: int | None = Field(default=None, ge=1, le=100)
+    top_k: int | None = Field(default=None, ge=1, le=100, strict=True)
     filters: list[MetadataFilter] = Field(default_factory=list, max_length=MAX_FILTERS)
 
     @field_validator("filters")
@@ -106,7 +106,7 @@ class RetrieveBody(Body):
     route: Name | None = None
     session: Name | None = None
     strategy: Strategy | None = None
-    top_k: int | None = Field(default=None, ge=1, le=100)
+    top_k: int | None = Field(default=None, ge=1, le=100, strict=True)
 
 
 class SessionBody(Body):
