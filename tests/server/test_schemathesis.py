@@ -11,8 +11,8 @@ use case behind it, never of the test.
 
 Bounded: ``make test`` runs :data:`EXAMPLES` valid and as many invalid cases per operation,
 derandomized (100 per operation; the whole file in about half a minute on two cores, alone);
-``make test-slow`` runs :data:`DEEP_EXAMPLES` of each with fresh seeds (about 10 minutes). A check is not assumed to
-fire: each was seen failing an API that skips auth or answers a 500.
+``make test-slow`` runs :data:`DEEP_EXAMPLES` of each with fresh seeds (about 10 minutes). A
+check is not assumed to fire: each was seen failing an API that skips auth or answers a 500.
 """
 
 from __future__ import annotations
