@@ -381,7 +381,6 @@ def scripted(replies: list[dict[str, Any]]) -> tuple[OpenAIChatClient, list[dict
 #: last, a two-minute file leaves the other workers idle at the end. Handing out the longest
 #: files first balances the workers (and changes no test).
 LONGEST_FILES = (
-    "tests/server/test_schemathesis.py",
     "tests/store/test_search.py",
     "tests/store/test_postgres.py",
     "tests/test_cli.py",
@@ -405,6 +404,7 @@ LONGEST_FILES = (
     "tests/embed/test_onnx_query.py",
     "tests/store/test_equivalence.py",
     "tests/attacks/test_review_a1.py",
+    "tests/server/test_schemathesis.py",
     "tests/attacks/test_http_tokens.py",
 )
 

@@ -259,20 +259,8 @@ class Govrag:
         writer is the verified caller (its ``sub`` must be on ``[writeback] allowed_agents``),
         the scope its tenant and session; nothing in ``memory`` names either."""
         require_text(session=session)
-        from govrag.writeback.models import RetrievalScope, WriteBackCandidate
-
         own = self._dep.sessions.resume(agent, session)  # someone else's: NotFoundError
-        candidate = WriteBackCandidate(
-            scope=RetrievalScope(tenant=agent.tenant, session=own.session_id),
-            source_turn_id=memory.source_turn_id,
-            agent_id=agent.sub,
-            gate=memory.gate,
-            content=memory.content,
-            confidence=memory.confidence,
-            expires_at=memory.expires_at,
-            supersedes=memory.supersedes,
-        )
-        return self.writeback_admit(candidate)
+        return self.writeback_admit(memory.candidate(agent.tenant, own.session_id, agent.sub))
 
     # -- the examiner -----------------------------------------------------------------------
 
@@ -337,16 +325,9 @@ class Govrag:
         """Can this deployment answer now? Its store reachable with the schema this code
         reads, its routes and manifests loaded, its policy engines loaded. Never raises: a
         failed check says why (for the operator's log)."""
-        checks: dict[str, str | None] = {}
         dep = self._dep
-        probes = {"store": dep.schema_problem, "routes": dep.routes_problem,
-                  "policy": dep.policy_problem}  # fmt: skip
-        for name, probe in probes.items():
-            try:
-                checks[name] = probe()
-            except Exception as exc:
-                checks[name] = f"{type(exc).__name__}: {exc}"
-        return Readiness(checks)
+        return Readiness.probe({"store": dep.schema_problem, "routes": dep.routes_problem,
+                                "policy": dep.policy_problem})  # fmt: skip
 
     def _tenants(self, tenant: str | None) -> list[str]:
         """``[tenant]``, or every tenant the store holds (for the operator use cases; not

@@ -3,11 +3,12 @@ principal sees it, the deployment check, and the readiness of a served deploymen
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from govrag.writeback.models import AdmissionGate
+from govrag.writeback.models import AdmissionGate, RetrievalScope, WriteBackCandidate
 
 if TYPE_CHECKING:
     from govrag.problems import Problem
@@ -68,6 +69,18 @@ class Readiness:
     #: served to no caller, logged by the edge).
     checks: dict[str, str | None] = field(default_factory=dict)
 
+    @classmethod
+    def probe(cls, probes: dict[str, Callable[[], str | None]]) -> Readiness:
+        """Run each probe (``None``: sound, else why not); one that raises fails with its
+        exception named. Never raises."""
+        checks: dict[str, str | None] = {}
+        for name, probe in probes.items():
+            try:
+                checks[name] = probe()
+            except Exception as exc:  # a readiness probe reports, never raises
+                checks[name] = f"{type(exc).__name__}: {exc}"
+        return cls(checks)
+
     @property
     def ready(self) -> bool:
         return all(v is None for v in self.checks.values())
@@ -90,3 +103,17 @@ class Memory:
     confidence: float
     expires_at: datetime
     supersedes: str | None = None
+
+    def candidate(self, tenant: str, session: str, agent_id: str) -> WriteBackCandidate:
+        """This memory as the write-back store's candidate, for the scope and writer the
+        caller's verified identity gives."""
+        return WriteBackCandidate(
+            scope=RetrievalScope(tenant=tenant, session=session),
+            source_turn_id=self.source_turn_id,
+            agent_id=agent_id,
+            gate=self.gate,
+            content=self.content,
+            confidence=self.confidence,
+            expires_at=self.expires_at,
+            supersedes=self.supersedes,
+        )
