@@ -45,10 +45,6 @@ def client(app: govrag.Govrag) -> Iterator[httpx.Client]:
         yield c
 
 
-def as_(app: govrag.Govrag, sub: str) -> dict[str, str]:
-    return bearer(app, sub)
-
-
 def test_readiness_and_liveness_need_no_token(client: httpx.Client) -> None:
     assert client.get("/healthz").json() == {"status": "ok"}
     ready = client.get("/readyz")
@@ -69,12 +65,12 @@ def test_a_session_is_pinned_ends_with_its_token_and_is_only_its_principals(
     # A session outlives no token: it ends when the token that opened it does.
     assert session["expires_at"] == exp.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     path = f"/v1/sessions/{session['session_id']}"
-    assert client.get(path, headers=as_(app, "ana")).json() == session
-    theirs = client.get(path, headers=as_(app, "ben"))
-    absent = client.get("/v1/sessions/ses-0000000000000000", headers=as_(app, "ben"))
+    assert client.get(path, headers=bearer(app, "ana")).json() == session
+    theirs = client.get(path, headers=bearer(app, "ben"))
+    absent = client.get("/v1/sessions/ses-0000000000000000", headers=bearer(app, "ben"))
     assert theirs.status_code == absent.status_code == 404
     assert theirs.json()["type"] == absent.json()["type"] == NOT_FOUND
-    unknown = client.post("/v1/sessions", json={"route": "nope"}, headers=as_(app, "ana"))
+    unknown = client.post("/v1/sessions", json={"route": "nope"}, headers=bearer(app, "ana"))
     assert unknown.status_code == 404
 
 
@@ -95,10 +91,10 @@ def test_retrieve_runs_a_proposed_tool_call_through_the_gate(
     client: httpx.Client, app: govrag.Govrag
 ) -> None:
     call = {"tool": "retrieve_documents", "arguments": {"query": "wire limit", "corpus": "policy"}}
-    ana = client.post("/v1/retrieve", json=call, headers=as_(app, "ana")).json()
+    ana = client.post("/v1/retrieve", json=call, headers=bearer(app, "ana")).json()
     assert [d["verdict"] for d in ana["decisions"]] == ["ALLOW"]
     assert "wire-limits" in {h["doc_id"] for h in ana["results"]}
-    ben = client.post("/v1/retrieve", json=call, headers=as_(app, "ben")).json()
+    ben = client.post("/v1/retrieve", json=call, headers=bearer(app, "ben")).json()
     assert "wire-limits" not in {h["doc_id"] for h in ben["results"]}
     # The proposal is on record, then the decision: replayable like any request.
     replay = app.replay(ana["request_id"], tenant="bank")
@@ -121,7 +117,7 @@ def test_retrieve_runs_a_proposed_tool_call_through_the_gate(
 def test_a_proposal_the_manifest_does_not_allow_is_a_400_on_record(
     client: httpx.Client, app: govrag.Govrag, call: dict[str, Any], says: str
 ) -> None:
-    r = client.post("/v1/retrieve", json=call, headers=as_(app, "ana"))
+    r = client.post("/v1/retrieve", json=call, headers=bearer(app, "ana"))
     assert r.status_code == 400 and r.json()["type"] == INVALID
     assert says in r.json()["detail"]
 
@@ -130,7 +126,7 @@ def test_a_corpus_outside_the_route_is_denied_not_searched(
     client: httpx.Client, app: govrag.Govrag
 ) -> None:
     call = {"tool": "retrieve_documents", "arguments": {"query": "fee", "corpus": "hr"}}
-    body = client.post("/v1/retrieve", json=call, headers=as_(app, "ana")).json()
+    body = client.post("/v1/retrieve", json=call, headers=bearer(app, "ana")).json()
     assert [(d["verdict"], d["reason"]) for d in body["decisions"]] == [("DENY", "out_of_scope")]
     assert body["results"] == [] and body["packs"] == []
 
@@ -138,26 +134,26 @@ def test_a_corpus_outside_the_route_is_denied_not_searched(
 def test_corpora_names_only_what_the_policy_lets_the_caller_list(
     client: httpx.Client, app: govrag.Govrag
 ) -> None:
-    ana = client.get("/v1/corpora", headers=as_(app, "ana")).json()
+    ana = client.get("/v1/corpora", headers=bearer(app, "ana")).json()
     assert [c["corpus"] for c in ana["corpora"]] == ["policy"]
     # eve holds no entitlement to the corpus: it is not even named.
-    assert client.get("/v1/corpora", headers=as_(app, "eve")).json()["corpora"] == []
+    assert client.get("/v1/corpora", headers=bearer(app, "eve")).json()["corpora"] == []
 
 
 def test_document_metadata_only_for_a_reader_and_never_the_text(
     client: httpx.Client, app: govrag.Govrag
 ) -> None:
-    r = client.get("/v1/documents/sp/wire-limits", headers=as_(app, "ana"))
+    r = client.get("/v1/documents/sp/wire-limits", headers=bearer(app, "ana"))
     assert r.status_code == 200, r.text
     doc = r.json()["document"]
     assert doc["title"] == "Wire transfer limits" and doc["corpus"] == "policy"
     assert doc["classification"] == "internal" and doc["chunks"] >= 1
     assert "50,000" not in r.text
     # An external id with slashes (a file's path in its source) is one document.
-    nested = client.get("/v1/documents/sp/handbook/branch-hours.md", headers=as_(app, "ana"))
+    nested = client.get("/v1/documents/sp/handbook/branch-hours.md", headers=bearer(app, "ana"))
     assert nested.status_code == 200 and nested.json()["document"]["title"] == "Branch hours"
-    forbidden = client.get("/v1/documents/sp/wire-limits", headers=as_(app, "ben"))
-    absent = client.get("/v1/documents/sp/no-such-doc", headers=as_(app, "ben"))
+    forbidden = client.get("/v1/documents/sp/wire-limits", headers=bearer(app, "ben"))
+    absent = client.get("/v1/documents/sp/no-such-doc", headers=bearer(app, "ben"))
     assert forbidden.status_code == absent.status_code == 404
     # The same body but for the id the caller itself sent.
     assert forbidden.json()["detail"].replace("wire-limits", "X") == absent.json()[
@@ -167,8 +163,8 @@ def test_document_metadata_only_for_a_reader_and_never_the_text(
 
 def test_a_click_counts_only_for_a_reader(client: httpx.Client, app: govrag.Govrag) -> None:
     click = {"source_system": "sp", "external_id": "wire-limits"}
-    assert client.post("/v1/click", json=click, headers=as_(app, "ana")).status_code == 204
-    assert client.post("/v1/click", json=click, headers=as_(app, "ben")).status_code == 404
+    assert client.post("/v1/click", json=click, headers=bearer(app, "ana")).status_code == 204
+    assert client.post("/v1/click", json=click, headers=bearer(app, "ben")).status_code == 404
 
 
 def memory(session: str, **over: Any) -> dict[str, Any]:
@@ -181,44 +177,44 @@ def memory(session: str, **over: Any) -> dict[str, Any]:
 def test_write_back_takes_the_writer_from_the_token(
     client: httpx.Client, app: govrag.Govrag
 ) -> None:
-    ana_session = client.post("/v1/sessions", json={}, headers=as_(app, "ana")).json()
+    ana_session = client.post("/v1/sessions", json={}, headers=bearer(app, "ana")).json()
     sid = ana_session["session_id"]
-    admitted = client.post("/v1/memory", json=memory(sid), headers=as_(app, "ana")).json()
+    admitted = client.post("/v1/memory", json=memory(sid), headers=bearer(app, "ana")).json()
     assert admitted["admitted"] and admitted["reason"] == "admitted"
     # ben is not on the allow-list, and the session is not his either: not found.
-    theirs = client.post("/v1/memory", json=memory(sid), headers=as_(app, "ben"))
+    theirs = client.post("/v1/memory", json=memory(sid), headers=bearer(app, "ben"))
     assert theirs.status_code == 404
-    ben_session = client.post("/v1/sessions", json={}, headers=as_(app, "ben")).json()
+    ben_session = client.post("/v1/sessions", json={}, headers=bearer(app, "ben")).json()
     refused = client.post("/v1/memory", json=memory(ben_session["session_id"]),
-                          headers=as_(app, "ben")).json()  # fmt: skip
+                          headers=bearer(app, "ben")).json()  # fmt: skip
     assert not refused["admitted"] and refused["reason"] == "agent_not_allowed"
     raw = client.post("/v1/memory", json=memory(sid, gate="RAW_MODEL_OUTPUT"),
-                      headers=as_(app, "ana")).json()  # fmt: skip
+                      headers=bearer(app, "ana")).json()  # fmt: skip
     assert not raw["admitted"]
     # The writer and scope never come from the body.
     forged = client.post("/v1/memory", json=memory(sid, agent_id="ana", tenant="bank"),
-                         headers=as_(app, "ben"))  # fmt: skip
+                         headers=bearer(app, "ben"))  # fmt: skip
     assert forged.status_code == 400
 
 
 def test_replay_and_audit_verify_are_the_examiners_only(
     client: httpx.Client, app: govrag.Govrag
 ) -> None:
-    searched = client.post("/v1/search", json={"query": "wire"}, headers=as_(app, "ana")).json()
+    searched = client.post("/v1/search", json={"query": "wire"}, headers=bearer(app, "ana")).json()
     rid = searched["request_id"]
-    replay = client.get(f"/v1/audit/requests/{rid}", headers=as_(app, "eve"))
+    replay = client.get(f"/v1/audit/requests/{rid}", headers=bearer(app, "eve"))
     assert replay.status_code == 200, replay.text
     assert replay.json()["who"]["sub"] == "ana" and replay.json()["verdict_before_search"]
     assert replay.json()["who"]["token_exp"].endswith("Z")  # the trace has the token's expiry
-    answer = client.post("/v1/ask", json={"question": "wire limit?"}, headers=as_(app, "ana"))
+    answer = client.post("/v1/ask", json={"question": "wire limit?"}, headers=bearer(app, "ana"))
     assert answer.json()["trace"]["token_exp"].endswith("Z")
     # Anyone else: the request is as absent as one that never ran.
     for sub in ("ana", "ben"):
-        refused = client.get(f"/v1/audit/requests/{rid}", headers=as_(app, sub))
+        refused = client.get(f"/v1/audit/requests/{rid}", headers=bearer(app, sub))
         assert refused.status_code == 404 and refused.json()["type"] == NOT_FOUND
-    verify = client.get("/v1/audit/verify", headers=as_(app, "eve"))
+    verify = client.get("/v1/audit/verify", headers=bearer(app, "eve"))
     assert verify.status_code == 200 and verify.json()["tenants"][0]["tenant"] == "bank"
-    assert client.get("/v1/audit/verify", headers=as_(app, "ana")).status_code == 404
+    assert client.get("/v1/audit/verify", headers=bearer(app, "ana")).status_code == 404
 
 
 def test_every_v1_operation_needs_a_token_and_documents_its_answer(

@@ -52,16 +52,11 @@ class Body(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def _example(example: dict[str, Any]) -> ConfigDict:
-    """A body model's configuration, with ``example`` in its schema."""
-    return ConfigDict(extra="forbid", frozen=True, json_schema_extra={"examples": [example]})
-
-
 class SearchBody(Body):
     """A governed search (``govrag search``): each corpus is decided by the policy gate and
     audited before it is searched."""
 
-    model_config = _example(examples.SEARCH_BODY)
+    model_config = examples.config(examples.SEARCH_BODY)
 
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS,
                        examples=["wire transfer limit for corporate clients"])  # fmt: skip
@@ -84,7 +79,7 @@ class SearchBody(Body):
 class AskBody(Body):
     """A grounded, cited answer or an abstention (``govrag ask``)."""
 
-    model_config = _example(examples.ASK_BODY)
+    model_config = examples.config(examples.ASK_BODY)
 
     question: str = Field(min_length=1, max_length=MAX_QUERY_CHARS,
                           examples=["What is the EU corporate wire limit?"])  # fmt: skip
@@ -98,7 +93,7 @@ class RetrieveBody(Body):
     """A tool call your own model proposed: a retrieve tool of the route's manifest and its
     arguments, checked against the tool's JSON schema."""
 
-    model_config = _example(examples.RETRIEVE_BODY)
+    model_config = examples.config(examples.RETRIEVE_BODY)
 
     tool: Name = Field(examples=["retrieve_documents"])
     #: Checked against the tool's schema (and bounded: see docs/serving.md); never identity.
@@ -113,7 +108,7 @@ class SessionBody(Body):
     """Open a session: on ``route``, or the route whose intent matches ``intent``, or the
     deployment's default route (never chosen from a prompt)."""
 
-    model_config = _example(examples.SESSION_BODY)
+    model_config = examples.config(examples.SESSION_BODY)
 
     route: Name | None = Field(default=None, examples=["retail-faq"])
     intent: Name | None = None
@@ -123,7 +118,7 @@ class ClickBody(Body):
     """A click on a document's source link (counted only for a document you may read, in a
     corpus of the route's scope)."""
 
-    model_config = _example(examples.CLICK_BODY)
+    model_config = examples.config(examples.CLICK_BODY)
 
     source_system: Name = Field(examples=["sharepoint"])
     external_id: Name = Field(examples=["wire-limits"])
@@ -135,7 +130,7 @@ class MemoryBody(Body):
     """Memory a writer (the verified caller, on ``[writeback] allowed_agents``) offers for
     one of its own sessions."""
 
-    model_config = _example(examples.MEMORY_BODY)
+    model_config = examples.config(examples.MEMORY_BODY)
 
     session: Name
     source_turn_id: Name

@@ -7,6 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ConfigDict
+
+
+def config(example: dict[str, Any]) -> ConfigDict:
+    """The configuration of a request or answer model: unknown fields refused, immutable, and
+    ``example`` in its schema."""
+    return ConfigDict(extra="forbid", frozen=True, json_schema_extra={"examples": [example]})
+
+
 _CHUNK: dict[str, Any] = {
     "doc_id": "wire-limits", "chunk_id": "sp:wire-limits#0", "corpus": "policy",
     "source_system": "sp", "text": "The EU corporate wire limit is EUR 50,000 per day.",

@@ -22,13 +22,8 @@ class Out(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def _example(example: dict[str, Any]) -> ConfigDict:
-    """An answer model's configuration, with ``example`` in its schema."""
-    return ConfigDict(extra="forbid", frozen=True, json_schema_extra={"examples": [example]})
-
-
 class Health(Out):
-    model_config = _example({"status": "ok"})
+    model_config = examples.config({"status": "ok"})
 
     status: Literal["ok"] = "ok"
 
@@ -36,7 +31,7 @@ class Health(Out):
 class Ready(Out):
     """``ready`` only when every check passed; why one failed is in the server's log."""
 
-    model_config = _example(examples.READY)
+    model_config = examples.config(examples.READY)
 
     ready: bool
     checks: dict[str, Literal["ok", "failed"]] = Field(
@@ -60,7 +55,7 @@ class Decision(Out):
 class Searched(Out):
     """A governed retrieve: per corpus a decision, per ALLOW a validated pack."""
 
-    model_config = _example(examples.SEARCHED)
+    model_config = examples.config(examples.SEARCHED)
 
     request_id: str = Field(examples=["req-5f0c2a9d1e7b3c44"])
     session_id: str = Field(examples=["ses-0a1b2c3d4e5f6a7b"])
@@ -90,7 +85,7 @@ class Answered(Out):
     """A grounded answer whose citations come only from the validated evidence, or an
     abstention with its reason."""
 
-    model_config = _example(examples.ANSWERED)
+    model_config = examples.config(examples.ANSWERED)
 
     request_id: str
     session_id: str
@@ -115,7 +110,7 @@ class Answered(Out):
 class SessionView(Out):
     """A session as its own principal sees it: the route it is pinned to, for life."""
 
-    model_config = _example(examples.SESSION)
+    model_config = examples.config(examples.SESSION)
 
     session_id: str = Field(examples=["ses-0a1b2c3d4e5f6a7b"])
     sub: str
@@ -135,7 +130,7 @@ class Corpus(Out):
 class Corpora(Out):
     """The corpora of the route's scope the policy gate let the caller list."""
 
-    model_config = _example(examples.CORPORA)
+    model_config = examples.config(examples.CORPORA)
 
     request_id: str
     session_id: str
@@ -146,7 +141,7 @@ class Corpora(Out):
 class Document(Out):
     """A document's metadata (never its text), for a caller who may read it."""
 
-    model_config = _example(examples.DOCUMENT)
+    model_config = examples.config(examples.DOCUMENT)
 
     request_id: str
     session_id: str
@@ -158,7 +153,7 @@ class Document(Out):
 class Admission(Out):
     """The write-back store's answer: admitted (with the entry's id) or the rule it broke."""
 
-    model_config = _example(examples.ADMISSION)
+    model_config = examples.config(examples.ADMISSION)
 
     admitted: bool
     id: str | None
@@ -168,7 +163,7 @@ class Admission(Out):
 class Replayed(Out):
     """One request rebuilt from the audit log alone (``govrag replay``)."""
 
-    model_config = _example(examples.REPLAYED)
+    model_config = examples.config(examples.REPLAYED)
 
     request_id: str
     tenant: str
@@ -189,7 +184,7 @@ class Verified(Out):
     """The caller's tenant's audit chain checked against its signed checkpoints (where the
     checkpoints are kept is the operator's, not served)."""
 
-    model_config = _example(examples.VERIFIED)
+    model_config = examples.config(examples.VERIFIED)
 
     ok: bool
     key_id: str
