@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import tantivy
 
+from govrag.errors import StoreError
+from govrag.store.lexical import LexicalIndex
+from govrag.store.lexical_format import schema
 from govrag.store.protocol import KnowledgeStore
+from govrag.store.records import IndexedChunk
 from govrag.types import SearchRequest, Strategy
 
 from conftest import StoreFactory, doc, ident, load, make_store, principal
@@ -56,6 +63,29 @@ def test_crash_between_commit_and_index_write_is_repaired_on_open(tmp_path: Path
     hits = reopened.search(principal("ana@x.example"), SearchRequest(query="crash recovery"))
     assert hits.results[0].doc_id == "late"
     reopened.close()
+
+
+def test_every_write_frees_the_index_lock_at_once(tmp_path: Path) -> None:
+    """Another process may write right after this one, whether its write succeeded or failed:
+    the writer is consumed on the spot, with no garbage collection to wait for."""
+    index = LexicalIndex(tmp_path / "lex")
+
+    def failing() -> Iterator[IndexedChunk]:
+        yield IndexedChunk(1, 1, "wire limits", ("sp\x1fA",), "main", 1)
+        raise ValueError("the source failed mid-write")
+
+    gc.disable()
+    try:
+        index.apply([], [IndexedChunk(1, 1, "wire limits", ("sp\x1fA",), "main", 1)], 1)
+        other = tantivy.Index(schema(), str(tmp_path / "lex"), reuse=True)
+        other.writer(heap_size=15_000_000, num_threads=1).wait_merging_threads()  # not LockBusy
+        with pytest.raises(StoreError, match="lexical index write failed") as failed:
+            index.apply([1], failing(), 2)
+        other.writer(heap_size=15_000_000, num_threads=1).wait_merging_threads()
+        assert failed.value.__cause__ is not None  # the traceback, frames and all, still alive
+    finally:
+        gc.enable()
+    assert index.applied_seq() == 1  # the failed write changed nothing
 
 
 def test_verify_finds_drift_and_rebuild_repairs_it(store: Any) -> None:
