@@ -49,16 +49,18 @@ def db(pg_cluster: PgServer) -> Iterator[str]:
     drop_pg_database(pg_cluster, dsn)
 
 
-def corpus(n: int, *, readable_every: int = 1, readable_text: str | None = None) -> list[Record]:
+def corpus(
+    n: int, *, readable_every: int = 1, readable_text: str | None = None, also: tuple[str, ...] = ()
+) -> list[Record]:
     """``n`` documents; ana (via group g) may read every ``readable_every``-th one (with
-    ``readable_text`` instead of the common text, if given)."""
+    ``readable_text`` instead of the common text, if given); accounts ``also`` read them all."""
     records: list[Record] = [
         ident("ana@x.example", "A"),
         ident("zed@x.example", "Z"),
         group("g", ["A"]),
     ]
     for i in range(n):
-        acl = ["g"] if i % readable_every == 0 else ["Z"]
+        acl = (["g"] if i % readable_every == 0 else ["Z"]) + list(also)
         text = f"report {i} on wire limits and credit risk, item {i % 17} of series {i % 5}"
         if readable_text and i % readable_every == 0:
             text = f"{readable_text} {i}"
@@ -106,13 +108,27 @@ def semantic(store: PostgresStore, top_k: int) -> tuple[list[str], bool]:
     return [h.doc_id for h in result.results], result.truncated
 
 
-def test_a_walk_stopped_by_its_bound_says_truncated(pg_cluster: PgServer, db: str) -> None:
-    setup = make_pg_store(pg_cluster, db, None)
-    # ana may read 6 of 3000, and those are the farthest from the query
-    load(setup, corpus(3000, readable_every=500, readable_text="zebra orchard quantum"))
+@pytest.fixture(scope="module")
+def thousands(pg_cluster: PgServer) -> Iterator[str]:
+    """3,000 documents in corpus "main" (loading them is most of these tests' time, so they
+    share them and only read): ana may read 6, those farthest from the query "credit risk
+    report"; bob reads all 3,000, and 6 more in corpus "small", as far from it."""
+    dsn = new_pg_database(pg_cluster)
+    setup = make_pg_store(pg_cluster, dsn, None)
+    records = corpus(3000, readable_every=500, readable_text="zebra orchard quantum", also=("B",))
+    records += [ident("bob@x.example", "B")]
+    records += [doc(f"s{i}", f"zebra orchard quantum {i}", ["B"], corpus="small")
+                for i in range(6)]  # fmt: skip
+    load(setup, records)
     setup.close()
-    analyze(db)
-    readable = {f"d{i}" for i in range(0, 3000, 500)}
+    analyze(dsn)
+    yield dsn
+    drop_pg_database(pg_cluster, dsn)
+
+
+def test_a_walk_stopped_by_its_bound_says_truncated(pg_cluster: PgServer, thousands: str) -> None:
+    db = thousands
+    readable = {f"d{i}" for i in range(0, 3000, 500)}  # ana's 6 of the 3,000
 
     exact = make_pg_store(pg_cluster, db, None)  # 6 readable vectors: scored exactly
     assert semantic(exact, 5) == (semantic(exact, 50)[0][:5], False)
@@ -128,19 +144,14 @@ def test_a_walk_stopped_by_its_bound_says_truncated(pg_cluster: PgServer, db: st
     assert len(hits) < 5 and truncated  # fewer than exist, and the result says so
 
 
-def test_a_small_corpus_is_scored_exactly_for_a_broad_reader(pg_cluster: PgServer, db: str) -> None:
-    setup = make_pg_store(pg_cluster, db, None)
-    # ana reads all 3000, far more than the threshold, but the 6 of corpus "small" are few.
-    records = corpus(3000, readable_every=1)
-    records += [doc(f"s{i}", f"zebra orchard quantum {i}", ["g"], corpus="small")
-                for i in range(6)]  # fmt: skip
-    load(setup, records)
-    setup.close()
-    analyze(db)
-    store = make_pg_store(pg_cluster, db, None, exact_vector_threshold=100,
+def test_a_small_corpus_is_scored_exactly_for_a_broad_reader(
+    pg_cluster: PgServer, thousands: str
+) -> None:
+    # bob reads 3,006, far more than the threshold, but the 6 of corpus "small" are few.
+    store = make_pg_store(pg_cluster, thousands, None, exact_vector_threshold=100,
                           hnsw_max_scan_tuples=1000)  # fmt: skip
     result = store.search(
-        principal("ana@x.example"),
+        principal("bob@x.example"),
         SearchRequest(query="credit risk report", strategy=Strategy.SEMANTIC, top_k=5,
                       corpora=("small",)),
     )  # fmt: skip
@@ -286,7 +297,7 @@ def fresh_store(pg: PgServer, tmp: Path) -> tuple[PostgresStore, str]:
 def test_a_fault_during_ingest_leaves_whole_documents_and_recovers(
     faulty: PgServer, tmp_path: Path, fault: str
 ) -> None:
-    records = corpus(400)
+    records = corpus(150)  # three of the ingestor's batches; the fault strikes in the first
     reference, _ = fresh_store(faulty, tmp_path)
     load(reference, records)
     expected = check_whole_documents(reference)
@@ -336,6 +347,6 @@ def test_a_fault_during_ingest_leaves_whole_documents_and_recovers(
     assert partial["documents"] == 50 < expected["documents"]
     load(store, records)
     assert check_whole_documents(store) == expected
-    hits = store.search(principal("ana@x.example"), SearchRequest(query="report 399"))
-    assert hits.results[0].doc_id == "d399"
+    hits = store.search(principal("ana@x.example"), SearchRequest(query="report 149"))
+    assert hits.results[0].doc_id == "d149"
     store.close()
