@@ -58,7 +58,15 @@ RETRIEVAL_MANIFEST: dict[str, Any] = {
             "description": "Title, source and dates of one document.",
             "parameters": {
                 "type": "object",
-                "properties": {"doc_id": {"type": "string", "maxLength": 256}},
+                "properties": {
+                    "doc_id": {"type": "string", "maxLength": 256},
+                    # Outside govrag's agent loop (MCP) a document is named by both.
+                    "source_system": {
+                        "type": "string",
+                        "maxLength": 128,
+                        "description": "The source_system of a result",
+                    },
+                },
                 "required": ["doc_id"],
                 "additionalProperties": False,
             },

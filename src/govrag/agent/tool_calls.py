@@ -15,7 +15,10 @@ packs pass the validation gate before they are handed out.
   pinned scope, naming only the ALLOWed ones (a DENY is not even named);
 - :meth:`CallerTools.document`: the route's ``metadata`` tool on one document the caller may
   read (stored ACL), decided on its corpus, then confirmed by the source's live rights check
-  (fail closed). Absent, unreadable, denied and unconfirmed are one :class:`NotFoundError`.
+  (fail closed). Absent, unreadable, denied and unconfirmed are one :class:`NotFoundError`;
+- :meth:`CallerTools.offered` and :meth:`CallerTools.call`: any of those tools, and
+  ``search_knowledge`` (:mod:`govrag.agent.search_tool`), by name, as an MCP client lists and
+  calls them: one audited proposal per call, then the tool's kind decides what runs.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from govrag.agent import search_tool
 from govrag.agent.retrieve import (
     RETRIEVE_TOOL,
     CorpusDecision,
@@ -40,8 +44,8 @@ from govrag.errors import InputError, NotFoundError
 from govrag.policy.pep import Proposal
 from govrag.routes.models import Tool
 from govrag.routes.payload import CheckedProposal, check_proposal, offered_tools
-from govrag.routes.session import Session
-from govrag.types import DocumentInfo, Principal, SearchRequest, Strategy
+from govrag.routes.session import Session, select_route
+from govrag.types import DocumentInfo, Principal, Retrieval, SearchRequest, Strategy
 
 #: ``tenant -> [(corpus id, description)]``: what a ``list`` tool may describe.
 Catalog = Callable[[str], list[tuple[str, str]]]
@@ -77,6 +81,10 @@ class DocumentListing:
     route_id: str
     document: DocumentInfo
     decision: CorpusDecision
+
+
+#: What one call of an offered tool gives: by its kind.
+ToolOutcome = GovernedResult | CorpusListing | DocumentListing
 
 
 def list_corpora(
@@ -140,16 +148,9 @@ class CallerTools:
     ) -> GovernedResult:
         """A ``retrieve`` tool proposal: checked, audited, PEP-gated, its pack validated."""
         with self._call(principal, route_id, session_id) as (session, request_id, where):
-            checked = self._checked(principal, session, request_id, tool, arguments, "retrieve")
-            assert checked.corpus is not None  # check_proposal binds a retrieve's corpus
-            try:
-                request = SearchRequest(query=checked.query, strategy=strategy, top_k=top_k,
-                                        corpora=(checked.corpus,))  # fmt: skip
-            except ValueError as exc:  # an empty query the tool's schema let through
-                raise InputError(f"arguments of {tool!r}: query: give a non-empty query") from exc
-            proposal = Proposal(tool=checked.tool.name, action=checked.action,
-                                corpus=checked.corpus, query=checked.query)  # fmt: skip
-            return self._governed.run(principal, session, request, [proposal], request_id, where)
+            retrieving = [t for t in self._offered(session) if t.kind == "retrieve"]
+            checked = self._checked(principal, session, request_id, tool, arguments, retrieving)
+            return self._retrieve(principal, session, request_id, where, checked, strategy, top_k)
 
     def corpora(
         self, principal: Principal, *, route_id: str | None = None, session_id: str | None = None
@@ -157,9 +158,7 @@ class CallerTools:
         """The route's ``list`` tool: the corpora of the pinned scope the caller may list."""
         with self._call(principal, route_id, session_id) as (session, request_id, _):
             tool = self._tool_of_kind(principal, session, request_id, "list")
-            entries, _ = list_corpora(self._governed, self._catalog, principal, session, tool,
-                                      request_id)  # fmt: skip
-            return CorpusListing(request_id, session.session_id, session.route_id, tuple(entries))
+            return self._listing(principal, session, request_id, tool)
 
     def document(
         self,
@@ -175,26 +174,8 @@ class CallerTools:
             tool = self._tool_of_kind(principal, session, request_id, "metadata",
                                       {"source_system": source_system,
                                        "external_id": external_id})  # fmt: skip
-            absent = NotFoundError(
-                f"no document {source_system}:{external_id} that {principal.sub!r} may read "
-                "on this route"
-            )
-            info = self._read_document(principal, source_system, external_id)
-            if info is None:
-                raise absent
-            proposal = Proposal(tool=tool.name, action=tool.pdp_action, corpus=info.corpus,
-                                kind="metadata")  # fmt: skip
-            decision, confirmed = self._governed.run_tool(
-                principal,
-                session,
-                proposal,
-                lambda: self._confirm(principal, info.source_system, info.external_id),
-                request_id,
-            )
-            if not confirmed:
-                raise absent
-            return DocumentListing(request_id, session.session_id, session.route_id, info,
-                                   decision)  # fmt: skip
+            return self._describe(principal, session, request_id, tool, source_system,
+                                  external_id)  # fmt: skip
 
     def click(
         self,
@@ -232,7 +213,136 @@ class CallerTools:
                 ref = f"{source_system}:{external_id}"
                 raise NotFoundError(f"no document {ref!r} that {principal.sub!r} may read")
 
+    # -- any offered tool, as an MCP client calls them ----------------------------------------
+
+    def offered(
+        self,
+        principal: Principal,
+        *,
+        route_id: str | None = None,
+        session_id: str | None = None,
+        searchable: bool,
+    ) -> list[Tool]:
+        """The tools ``principal`` may call on the route (``session_id``'s pinned route, else
+        ``route_id``, else the default): the manifest's retrieve, list and metadata tools as
+        the route's mode allows them, and ``search_knowledge`` when ``searchable`` (the store
+        holds something for the tenant). Opens no session and writes nothing."""
+        sessions = self._governed.sessions
+        if session_id is not None:
+            session = sessions.resume(principal, session_id)
+            return self._callable(self._offered(session), session.retrieval, searchable)
+        route = select_route(sessions.config, route_id=route_id,
+                             default_route=sessions.default_route)  # fmt: skip
+        manifest = sessions.config.manifests.get(route.tool_manifest)
+        return self._callable(offered_tools(manifest, route.retrieval), route.retrieval,
+                              searchable)  # fmt: skip
+
+    def call(
+        self,
+        principal: Principal,
+        name: str,
+        arguments: Any,
+        *,
+        route_id: str | None = None,
+        session_id: str | None = None,
+        searchable: bool,
+        strategy: Strategy = Strategy.HYBRID,
+        top_k: int = 10,
+    ) -> ToolOutcome:
+        """One call of an :meth:`offered` tool: checked against its schema and audited as a
+        proposal (accepted or refused), then run as its kind says, PEP-gated like the
+        dedicated methods above."""
+        with self._call(principal, route_id, session_id) as (session, request_id, where):
+            offered = self._callable(self._offered(session), session.retrieval, searchable)
+            checked = self._checked(principal, session, request_id, name, arguments, offered)
+            tool = checked.tool
+            if tool is search_tool.TOOL:
+                plan = search_tool.search_request(checked.arguments, session.retrieval.scope)
+                request = SearchRequest(query=plan.query, strategy=strategy, top_k=top_k,
+                                        corpora=plan.corpora, filters=plan.filters)  # fmt: skip
+                return self._governed.run(principal, session, request, plan.proposals,
+                                          request_id, where)  # fmt: skip
+            if tool.kind == "retrieve":
+                return self._retrieve(principal, session, request_id, where, checked, strategy,
+                                      top_k)  # fmt: skip
+            if tool.kind == "list":
+                return self._listing(principal, session, request_id, tool)
+            source_system = checked.arguments.get("source_system")
+            if not isinstance(source_system, str):
+                raise InputError(
+                    f"{tool.name!r} needs the document's source_system as well as its doc_id: "
+                    "declare a source_system property in the tool's parameters in the manifest"
+                )
+            return self._describe(principal, session, request_id, tool, source_system,
+                                  str(checked.arguments.get("doc_id", "")))  # fmt: skip
+
     # -- the shared steps --------------------------------------------------------------------
+
+    @staticmethod
+    def _callable(tools: list[Tool], retrieval: Retrieval, searchable: bool) -> list[Tool]:
+        kept = [t for t in tools if t.kind in ("retrieve", "list", "metadata")]
+        names = {t.name for t in kept}
+        if searchable and retrieval.mode == "tool" and search_tool.NAME not in names:
+            kept.append(search_tool.TOOL)
+        return kept
+
+    def _retrieve(
+        self,
+        principal: Principal,
+        session: Session,
+        request_id: str,
+        where: dict[str, str],
+        checked: CheckedProposal,
+        strategy: Strategy,
+        top_k: int,
+    ) -> GovernedResult:
+        assert checked.corpus is not None  # check_proposal binds a retrieve's corpus
+        try:
+            request = SearchRequest(query=checked.query, strategy=strategy, top_k=top_k,
+                                    corpora=(checked.corpus,))  # fmt: skip
+        except ValueError as exc:  # an empty query the tool's schema let through
+            raise InputError(
+                f"arguments of {checked.tool.name!r}: query: give a non-empty query"
+            ) from exc
+        proposal = Proposal(tool=checked.tool.name, action=checked.action,
+                            corpus=checked.corpus, query=checked.query)  # fmt: skip
+        return self._governed.run(principal, session, request, [proposal], request_id, where)
+
+    def _listing(
+        self, principal: Principal, session: Session, request_id: str, tool: Tool
+    ) -> CorpusListing:
+        entries, _ = list_corpora(self._governed, self._catalog, principal, session, tool,
+                                  request_id)  # fmt: skip
+        return CorpusListing(request_id, session.session_id, session.route_id, tuple(entries))
+
+    def _describe(
+        self,
+        principal: Principal,
+        session: Session,
+        request_id: str,
+        tool: Tool,
+        source_system: str,
+        external_id: str,
+    ) -> DocumentListing:
+        absent = NotFoundError(
+            f"no document {source_system}:{external_id} that {principal.sub!r} may read "
+            "on this route"
+        )
+        info = self._read_document(principal, source_system, external_id)
+        if info is None:
+            raise absent
+        proposal = Proposal(tool=tool.name, action=tool.pdp_action, corpus=info.corpus,
+                            kind="metadata")  # fmt: skip
+        decision, confirmed = self._governed.run_tool(
+            principal,
+            session,
+            proposal,
+            lambda: self._confirm(principal, info.source_system, info.external_id),
+            request_id,
+        )
+        if not confirmed:
+            raise absent
+        return DocumentListing(request_id, session.session_id, session.route_id, info, decision)
 
     @contextmanager
     def _call(
@@ -253,11 +363,10 @@ class CallerTools:
         request_id: str,
         name: str,
         arguments: Any,
-        kind: str,
+        offered: list[Tool],
     ) -> CheckedProposal:
-        """``name(arguments)`` checked against the pinned route's offered tools of ``kind``
-        and audited as a proposal, accepted or refused."""
-        offered = [t for t in self._offered(session) if t.kind == kind]
+        """``name(arguments)`` checked against ``offered`` (tools of the pinned route) and
+        audited as a proposal, accepted or refused."""
         try:
             checked = check_proposal(offered, name, arguments)
         except InputError as exc:

@@ -1,5 +1,7 @@
 """The application API (``govrag.open``): see ``api.py``."""
 
+from govrag.agent.retrieve import GovernedResult
+from govrag.agent.tool_calls import CorpusListing, DocumentListing, ToolOutcome
 from govrag.app.api import Govrag, local_principal
 from govrag.app.entry import evaluate_beir, init, open
 from govrag.app.ingest import IngestOutcome, ProgressFactory
@@ -10,6 +12,9 @@ from govrag.writeback.models import AdmissionGate
 __all__ = [
     "AdmissionGate",
     "ConfigCheck",
+    "CorpusListing",
+    "DocumentListing",
+    "GovernedResult",
     "Govrag",
     "IngestOutcome",
     "Memory",
@@ -18,6 +23,7 @@ __all__ = [
     "SessionInfo",
     "SourceStatus",
     "SourceSync",
+    "ToolOutcome",
     "evaluate_beir",
     "init",
     "local_principal",

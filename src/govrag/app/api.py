@@ -46,10 +46,11 @@ EXAMINER_ROLE = "examiner"
 if TYPE_CHECKING:
     from govrag.agent.answer import Answer
     from govrag.agent.retrieve import GovernedResult
-    from govrag.agent.tool_calls import CorpusListing, DocumentListing
+    from govrag.agent.tool_calls import CorpusListing, DocumentListing, ToolOutcome
     from govrag.audit import Replay
     from govrag.audit.anchor import AuditVerification, CheckpointRun
     from govrag.harvest.kinds import ConnectorKind
+    from govrag.routes.models import Tool
     from govrag.store.audit import AuditEvent
     from govrag.store.curation import CurationReport
     from govrag.store.records import IndexReport
@@ -229,6 +230,39 @@ class Govrag:
         )
         return self._dep.tools.document(principal, source_system, external_id, route_id=route,
                                         session_id=session)  # fmt: skip
+
+    def offered_tools(
+        self, principal: Principal, *, route: str | None = None, session: str | None = None
+    ) -> list[Tool]:
+        """The tools an agent of ``principal``'s may call on the route (``session``'s, else
+        ``route``, else the default): the manifest's retrieve, list and metadata tools as the
+        route's mode allows, and ``search_knowledge`` only while the store holds something
+        for the tenant. Opens no session, writes nothing."""
+        require_text(route=route, session=session)
+        searchable = not self._dep.store.is_empty(principal.tenant)
+        return self._dep.tools.offered(principal, route_id=route, session_id=session,
+                                       searchable=searchable)  # fmt: skip
+
+    def call_tool(
+        self,
+        principal: Principal,
+        tool: str,
+        arguments: Any,
+        *,
+        route: str | None = None,
+        session: str | None = None,
+    ) -> ToolOutcome:
+        """One call of an :meth:`offered_tools` tool, as an MCP client makes it: checked
+        against the tool's schema, audited as a proposal, PEP-gated; a retrieve or a search
+        gives the validated packs, ``list_corpora`` the listing, a metadata tool the
+        document's metadata (:mod:`govrag.agent.tool_calls`)."""
+        require_text(tool=tool, route=route, session=session)
+        s = self.settings.search
+        return self._dep.tools.call(
+            principal, tool, arguments, route_id=route, session_id=session,
+            searchable=not self._dep.store.is_empty(principal.tenant),
+            strategy=s.default_strategy, top_k=s.default_top_k,
+        )  # fmt: skip
 
     def click(
         self,

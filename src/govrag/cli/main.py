@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from govrag.cli import admin, agent, audit, curate, ingest, search, serve, token
+from govrag.cli import admin, agent, audit, curate, ingest, mcp, search, serve, token
 
 
 def build() -> typer.Typer:
@@ -20,7 +20,7 @@ def build() -> typer.Typer:
         add_completion=False,
         pretty_exceptions_enable=False,
     )
-    for module in (admin, ingest, search, agent, curate, audit, token, serve):
+    for module in (admin, ingest, search, agent, curate, audit, token, serve, mcp):
         module.register(app)
     return app
 
