@@ -44,6 +44,8 @@ KEYWORD_P50_MS = 5.0
 HYBRID_P50_MS = 20.0
 HYBRID_VS_UNFILTERED = 1.5
 STRATEGIES = (Strategy.KEYWORD, Strategy.SEMANTIC, Strategy.HYBRID)
+#: The benchmarks whose ``--only`` run writes its figures to a file of its own.
+OWN_FILE = ("postgres", "pdp", "governed", "gateway", "writeback", "ingest", "http")
 
 
 def govrag_system(store: SQLiteStore, principal: Principal, strategy: Strategy) -> System:
@@ -243,17 +245,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
     parser.add_argument(
         "--only",
-        choices=(
-            "scifact",
-            "synthetic",
-            "postgres",
-            "pdp",
-            "governed",
-            "gateway",
-            "writeback",
-            "ingest",
-            "http",
-        ),
+        choices=("scifact", "synthetic", *OWN_FILE),
         help="run one benchmark",
     )
     parser.add_argument("--chunks", type=int, default=100_000, help="synthetic corpus size")
@@ -392,15 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for show in printed:
         show()
     # A single benchmark's figures go to their own file, so they do not replace the full run's.
-    own_file = args.only in (
-        "postgres",
-        "pdp",
-        "governed",
-        "gateway",
-        "writeback",
-        "ingest",
-        "http",
-    )
+    own_file = args.only in OWN_FILE
     path = OUT_DIR / (f"results-{args.only}.json" if own_file else "results.json")
     path.write_text(json.dumps(results, indent=2) + "\n")
     say(f"\nwrote {path} (total {results['total_s']}s)")

@@ -46,7 +46,11 @@ def run(dep: Path, *args: str, body: Callable[[Any], Awaitable[Any]]) -> Any:
 
 @pytest.fixture(scope="module")
 def dep(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return seed_bank(tmp_path_factory.mktemp("mcp") / "bank")
+    root = seed_bank(tmp_path_factory.mktemp("mcp") / "bank")
+    # Development tokens, so a test can start the server with a token instead of --as.
+    toml = root / "govrag.toml"
+    toml.write_text(toml.read_text() + "\n[auth]\ndev_tokens = true\n")
+    return root
 
 
 def test_the_tools_are_the_routes_and_search_needs_a_store(dep: Path, tmp_path: Path) -> None:
@@ -115,6 +119,8 @@ def test_calls_are_governed_and_replayable(dep: Path) -> None:
         ("search_knowledge", {"query": "fees", "principal": {"sub": "ben"}}, "principal"),
         ("search_knowledge", {"query": "fees", "route": "admin"}, "route"),
         ("list_corpora", {"session_id": "ses-0"}, "session_id"),
+        ("search_knowledge", {"query": "fees", "filters": [{"key": "year", "op": "in"}]},
+         "filters[0]: filter on 'year': op 'in' needs a non-empty 'values' list"),
         ("drop_table", {}, "not offered"),
     ],
 )  # fmt: skip
@@ -135,9 +141,7 @@ def test_who_it_serves_is_fixed_at_start(dep: Path) -> None:
                                                               "query": "annual fee"})  # fmt: skip
 
     # ben's token: ben's document, whoever the client claims to be.
-    with govrag.open(dep, auth={"dev_tokens": True}) as app:
+    with govrag.open(dep) as app:
         token = app.dev_token("ben")
-    (dep / "govrag.toml").write_text((dep / "govrag.toml").read_text()
-                                     + "\n[auth]\ndev_tokens = true\n")  # fmt: skip
     result = run(dep, "--token", token, body=call)
     assert {c["doc_id"] for c in result.structured_content["results"]} == {"card-fees"}

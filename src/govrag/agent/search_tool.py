@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from govrag.agent.retrieve import RETRIEVE_TOOL
-from govrag.errors import InputError
+from govrag.errors import InputError, describe_validation
 from govrag.policy.pep import Proposal
 from govrag.routes.models import Tool
 from govrag.types import MetadataFilter
@@ -87,11 +87,13 @@ def search_request(arguments: dict[str, Any], scope: tuple[str, ...]) -> SearchP
     """The corpora, query and typed filters of checked ``arguments`` (schema-valid)."""
     query = str(arguments["query"])
     corpora = tuple(arguments.get("corpora") or scope)
-    try:
-        filters = tuple(MetadataFilter.model_validate(f) for f in arguments.get("filters", ()))
-    except ValueError as exc:
-        first = str(exc).splitlines()
-        detail = first[-1].strip() if first else str(exc)
-        raise InputError(f"arguments of {NAME!r}: filters: {detail}") from exc
+    filters = []
+    for i, given in enumerate(arguments.get("filters", ())):
+        try:
+            filters.append(MetadataFilter.model_validate(given))
+        except ValueError as exc:
+            raise InputError(
+                f"arguments of {NAME!r}: filters[{i}]: {describe_validation(exc)}"
+            ) from exc
     proposals = [Proposal(tool=NAME, action=RETRIEVE_TOOL, corpus=c, query=query) for c in corpora]
-    return SearchPlan(query=query, corpora=corpora, filters=filters, proposals=proposals)
+    return SearchPlan(query=query, corpora=corpora, filters=tuple(filters), proposals=proposals)

@@ -9,13 +9,10 @@ the HTTP API's answer model for the same use case, as MCP structured content, wi
 text rendering beside it.
 
 Identity never comes from the client: over stdio the server acts for one principal fixed when
-it starts; over streamable HTTP each request carries a bearer token verified exactly as the
-HTTP API verifies it (:meth:`~govrag.app.Govrag.verify_token`), nothing else. No argument
-names a principal, a tenant, a route or a session (the schemas forbid unknown fields). The
-route is the server's (``--route``, else the default route), or the one the client's
-configuration names in the endpoint's ``?route=`` query; a govrag session is pinned to it:
-one per stdio connection; over HTTP one per call, unless the client sends the
-``Govrag-Session`` header of a session of its own principal.
+it starts (``govrag mcp --as`` or ``--token``). No argument names a principal, a tenant, a
+route or a session (the schemas forbid unknown fields). The route is the server's
+(``--route``, else the deployment's default); the first call opens a govrag session pinned to
+it, and the connection's later calls continue that session.
 
 A refused call (bad arguments, absent or forbidden, denied) is a tool result with
 ``is_error`` and a one-line message the model may read; it never carries a stack trace.
@@ -25,14 +22,14 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import mcp_types as types
 from mcp.server.lowlevel import Server
 
+from govrag import __version__
 from govrag.app import CorpusListing, GovernedResult, Govrag, ToolOutcome
 from govrag.errors import GovragError
 from govrag.server.responses import Corpora, Document, Searched
@@ -43,24 +40,18 @@ log = logging.getLogger("govrag.mcp")
 
 @dataclass
 class Binding:
-    """What one server instance serves: the route, and who is calling (from its transport)."""
+    """Whom one server acts for, on which route, and the govrag session its calls continue
+    (opened by the first call: one stdio connection, one session)."""
 
+    principal: Principal
     route: str | None
-    #: ``(request) -> (principal, session id or None)``; raises :class:`GovragError` to refuse.
-    caller: Callable[[Any], tuple[Principal, str | None]]
-    #: A session opened by a call, kept for the next (stdio: one connection, one session).
-    keep_session: bool = False
-    sessions: dict[tuple[str, str], str] = field(default_factory=dict)
-
-    def route_of(self, request: Any) -> str | None:
-        asked = request.query_params.get("route") if request is not None else None
-        return asked or self.route
+    session: str | None = None
 
 
 def structured(outcome: ToolOutcome) -> tuple[dict[str, Any], str]:
     """A tool's outcome as the HTTP API's answer model (JSON) and a text rendering."""
     if isinstance(outcome, GovernedResult):
-        searched = Searched.model_validate(outcome.as_dict()).model_dump(mode="json")
+        searched = Searched.of(outcome).model_dump(mode="json")
         lines = [f"{c['source_system']}:{c['doc_id']} ({c['corpus']}, score "
                  f"{c['score']:.3f}): {c['text']}" for c in searched["results"]]  # fmt: skip
         hidden = searched["hidden"]
@@ -71,12 +62,10 @@ def structured(outcome: ToolOutcome) -> tuple[dict[str, Any], str]:
             lines.append(f"Denied: {', '.join(denied)}")
         return searched, "\n".join(lines) or "No passages you may read match."
     if isinstance(outcome, CorpusListing):
-        listed = Corpora.model_validate(asdict(outcome)).model_dump(mode="json")
+        listed = Corpora.of(outcome).model_dump(mode="json")
         text = "\n".join(f"{c['corpus']}: {c['description']}" for c in listed["corpora"])
         return listed, text or "No corpus of this route is open to you."
-    out = asdict(outcome)
-    out["document"] = outcome.document
-    described = Document.model_validate(out).model_dump(mode="json")
+    described = Document.of(outcome).model_dump(mode="json")
     return described, json.dumps(described["document"], ensure_ascii=False)
 
 
@@ -85,9 +74,8 @@ def build(app: Govrag, binding: Binding) -> Server[Any]:
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         def listed() -> list[types.Tool]:
-            principal, session = binding.caller(ctx.request)
-            tools = app.offered_tools(principal, route=binding.route_of(ctx.request),
-                                      session=session)  # fmt: skip
+            tools = app.offered_tools(binding.principal, route=binding.route,
+                                      session=binding.session)  # fmt: skip
             return [types.Tool(name=t.name, description=t.description,
                                input_schema=t.parameters) for t in tools]  # fmt: skip
 
@@ -96,16 +84,11 @@ def build(app: Govrag, binding: Binding) -> Server[Any]:
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         def called() -> types.CallToolResult:
             try:
-                principal, session = binding.caller(ctx.request)
-                route = binding.route_of(ctx.request)
-                key = (principal.tenant, principal.sub)
-                if session is None and binding.keep_session:
-                    session = binding.sessions.get(key)
-                outcome = app.call_tool(principal, params.name, params.arguments or {},
-                                        route=None if session else route,
-                                        session=session)  # fmt: skip
-                if binding.keep_session:
-                    binding.sessions[key] = outcome.session_id
+                # A session pins its route: the route goes only with the first call.
+                outcome = app.call_tool(binding.principal, params.name, params.arguments or {},
+                                        route=None if binding.session else binding.route,
+                                        session=binding.session)  # fmt: skip
+                binding.session = outcome.session_id
                 content, text = structured(outcome)
                 return types.CallToolResult(content=[types.TextContent(text=text)],
                                             structured_content=content)  # fmt: skip
@@ -117,7 +100,7 @@ def build(app: Govrag, binding: Binding) -> Server[Any]:
 
         return await anyio.to_thread.run_sync(called)
 
-    return Server("govrag", version=_version(), on_list_tools=list_tools,
+    return Server("govrag", version=__version__, on_list_tools=list_tools,
                   on_call_tool=call_tool)  # fmt: skip
 
 
@@ -125,20 +108,10 @@ def refused(message: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(text=message)], is_error=True)
 
 
-def _version() -> str:
-    from importlib import metadata
-
-    try:
-        return metadata.version("govrag")
-    except metadata.PackageNotFoundError:  # pragma: no cover - a source checkout
-        return "0"
-
-
 async def serve_stdio(app: Govrag, principal: Principal, route: str | None) -> None:
     """Serve ``principal`` over this process's stdin and stdout until the client leaves."""
     from mcp.server.stdio import stdio_server
 
-    server = build(app, Binding(route=route, caller=lambda _r: (principal, None),
-                                keep_session=True))  # fmt: skip
+    server = build(app, Binding(principal, route))
     async with stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())

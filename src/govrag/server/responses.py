@@ -10,12 +10,16 @@ JSON objects here: their shape is documented with the report that makes them.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from govrag.server import examples
 from govrag.types import ContextPack, DocumentInfo, HiddenMarker, PackChunk
+
+if TYPE_CHECKING:
+    from govrag.app import CorpusListing, DocumentListing, GovernedResult
 
 
 class Out(BaseModel):
@@ -70,6 +74,10 @@ class Searched(Out):
     decisions: list[Decision]
     #: The validation gate's report (scope, sufficiency, attribution).
     validation: dict[str, Any]
+
+    @classmethod
+    def of(cls, result: GovernedResult) -> Searched:
+        return cls.model_validate(result.as_dict())
 
 
 class Citation(Out):
@@ -137,6 +145,10 @@ class Corpora(Out):
     route_id: str
     corpora: list[Corpus]
 
+    @classmethod
+    def of(cls, listing: CorpusListing) -> Corpora:
+        return cls.model_validate(asdict(listing))
+
 
 class Document(Out):
     """A document's metadata (never its text), for a caller who may read it."""
@@ -148,6 +160,12 @@ class Document(Out):
     route_id: str
     document: DocumentInfo
     decision: Decision
+
+    @classmethod
+    def of(cls, found: DocumentListing) -> Document:
+        out = asdict(found)
+        out["document"] = found.document  # the value type itself, not its fields as a dict
+        return cls.model_validate(out)
 
 
 class Admission(Out):

@@ -13,7 +13,6 @@ policy engine are safe to share between threads.
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
@@ -69,7 +68,7 @@ def search(body: SearchBody, caller: Caller, api: Api, request: Request) -> Sear
                         session=body.session, strategy=body.strategy, top_k=body.top_k,
                         filters=body.filters)  # fmt: skip
     _traced(request, result.request_id)
-    return Searched.model_validate(result.as_dict())
+    return Searched.of(result)
 
 
 @router.post("/retrieve", tags=["retrieval"],
@@ -79,7 +78,7 @@ def retrieve(body: RetrieveBody, caller: Caller, api: Api, request: Request) -> 
                           session=body.session, strategy=body.strategy,
                           top_k=body.top_k)  # fmt: skip
     _traced(request, result.request_id)
-    return Searched.model_validate(result.as_dict())
+    return Searched.of(result)
 
 
 @router.post("/ask", tags=["retrieval"],
@@ -97,7 +96,7 @@ def corpora(caller: Caller, api: Api, request: Request, route: Name | None = Non
             session: Name | None = None) -> Corpora:  # fmt: skip
     listing = api.corpora(caller, route=route, session=session)
     _traced(request, listing.request_id)
-    return Corpora.model_validate(asdict(listing))
+    return Corpora.of(listing)
 
 
 # ``external_id`` may hold slashes (a file's path in its source): the rest of the path is it.
@@ -108,9 +107,7 @@ def document(source_system: Name, external_id: Name, caller: Caller, api: Api,
              session: Name | None = None) -> Document:  # fmt: skip
     found = api.document(caller, source_system, external_id, route=route, session=session)
     _traced(request, found.request_id)
-    out: dict[str, Any] = asdict(found)
-    out["document"] = found.document
-    return Document.model_validate(out)
+    return Document.of(found)
 
 
 @router.post("/click", tags=["retrieval"], status_code=204,
