@@ -48,11 +48,11 @@ from typing import Any, Literal
 from govrag.agent import prompts
 from govrag.agent.answer import Answer, cited
 from govrag.agent.limits import RequestLimits
+from govrag.agent.listings import Catalog
 from govrag.agent.llm import LlmClient, Message
 from govrag.agent.retrieve import GovernedSearch, merged_hidden
 from govrag.agent.run import PREFETCH, Run, ToolExecutor, denied_or
 from govrag.agent.steps import Steps
-from govrag.agent.tool_calls import Catalog
 from govrag.agent.workflow import run_workflow
 from govrag.audit.events import RemovedClaim, ResponseEvent
 from govrag.errors import TRANSIENT_LLM_FAULTS, LlmError

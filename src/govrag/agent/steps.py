@@ -23,10 +23,10 @@ from typing import Any
 
 from govrag.agent import prompts
 from govrag.agent.limits import RequestLimits
+from govrag.agent.listings import Catalog, list_corpora, listing_json
 from govrag.agent.llm import Message, ToolCall
 from govrag.agent.retrieve import GovernedSearch
 from govrag.agent.run import Run, ToolExecutor, denied_or
-from govrag.agent.tool_calls import Catalog, list_corpora, listing_json
 from govrag.audit.events import ProposalEvent
 from govrag.audit.trail import recorded, safe_text
 from govrag.errors import InputError

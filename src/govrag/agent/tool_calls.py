@@ -23,21 +23,19 @@ packs pass the validation gate before they are handed out.
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from govrag.agent import search_tool
-from govrag.agent.retrieve import (
-    RETRIEVE_TOOL,
-    CorpusDecision,
-    GovernedResult,
-    GovernedSearch,
+from govrag.agent.listings import (
+    Catalog,
+    CorpusListing,
+    DocumentListing,
+    list_corpora,
 )
+from govrag.agent.retrieve import RETRIEVE_TOOL, GovernedResult, GovernedSearch
 from govrag.audit.events import ProposalEvent, write
 from govrag.audit.trail import recorded
 from govrag.errors import InputError, NotFoundError
@@ -47,8 +45,6 @@ from govrag.routes.payload import CheckedProposal, check_proposal, offered_tools
 from govrag.routes.session import Session, select_route
 from govrag.types import DocumentInfo, Principal, Retrieval, SearchRequest, Strategy
 
-#: ``tenant -> [(corpus id, description)]``: what a ``list`` tool may describe.
-Catalog = Callable[[str], list[tuple[str, str]]]
 #: ``(principal, source system, external id) -> the document``, when the caller may read it
 #: (the store's governed read).
 ReadDocument = Callable[[Principal, str, str], DocumentInfo | None]
@@ -59,62 +55,8 @@ ConfirmRight = Callable[[Principal, str, str], bool]
 CountClick = Callable[[str, str, str], None]
 
 
-@dataclass(frozen=True)
-class CorpusEntry:
-    corpus: str
-    description: str
-
-
-@dataclass(frozen=True)
-class CorpusListing:
-    request_id: str
-    session_id: str
-    route_id: str
-    #: The pinned scope's corpora the PEP let the caller list, in scope order.
-    corpora: tuple[CorpusEntry, ...]
-
-
-@dataclass(frozen=True)
-class DocumentListing:
-    request_id: str
-    session_id: str
-    route_id: str
-    document: DocumentInfo
-    decision: CorpusDecision
-
-
 #: What one call of an offered tool gives: by its kind.
 ToolOutcome = GovernedResult | CorpusListing | DocumentListing
-
-
-def list_corpora(
-    governed: GovernedSearch,
-    catalog: Catalog,
-    principal: Principal,
-    session: Session,
-    tool: Tool,
-    request_id: str,
-) -> tuple[list[CorpusEntry], list[CorpusDecision]]:
-    """The session's scope as ``tool`` (a ``list`` tool) may show it: one PEP decision per
-    corpus, the catalogue read once and only after an ALLOW; a denied corpus is not named."""
-    described: list[dict[str, str]] = []
-
-    def describe(corpus: str) -> str:
-        if not described:
-            described.append(dict(catalog(principal.tenant)))
-        return described[0].get(corpus, "")
-
-    entries: list[CorpusEntry] = []
-    decisions: list[CorpusDecision] = []
-    for corpus in session.retrieval.scope:
-        proposal = Proposal(tool=tool.name, action=tool.pdp_action, corpus=corpus, kind="list")
-        decision, about = governed.run_tool(
-            principal, session, proposal, partial(describe, corpus), request_id
-        )
-        decisions.append(decision)
-        if about is not None:
-            entries.append(CorpusEntry(corpus, about))
-    return entries, decisions
 
 
 class CallerTools:
@@ -413,9 +355,3 @@ class CallerTools:
     ) -> None:
         write(self._governed.sessions.store, principal.tenant, event, request_id=request_id,
               session_id=session.session_id)  # fmt: skip
-
-
-def listing_json(entries: list[CorpusEntry]) -> str:
-    """A ``list`` tool's observation for a model: the listed corpora as JSON."""
-    return json.dumps({"corpora": [{"corpus": e.corpus, "description": e.description}
-                                   for e in entries]})  # fmt: skip

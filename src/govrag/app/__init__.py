@@ -1,7 +1,8 @@
 """The application API (``govrag.open``): see ``api.py``."""
 
+from govrag.agent.listings import CorpusListing, DocumentListing
 from govrag.agent.retrieve import GovernedResult
-from govrag.agent.tool_calls import CorpusListing, DocumentListing, ToolOutcome
+from govrag.agent.tool_calls import ToolOutcome
 from govrag.app.api import Govrag, local_principal
 from govrag.app.entry import evaluate_beir, init, open
 from govrag.app.ingest import IngestOutcome, ProgressFactory

@@ -45,8 +45,9 @@ EXAMINER_ROLE = "examiner"
 
 if TYPE_CHECKING:
     from govrag.agent.answer import Answer
+    from govrag.agent.listings import CorpusListing, DocumentListing
     from govrag.agent.retrieve import GovernedResult
-    from govrag.agent.tool_calls import CorpusListing, DocumentListing, ToolOutcome
+    from govrag.agent.tool_calls import ToolOutcome
     from govrag.audit import Replay
     from govrag.audit.anchor import AuditVerification, CheckpointRun
     from govrag.harvest.kinds import ConnectorKind
