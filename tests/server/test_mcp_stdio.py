@@ -122,6 +122,8 @@ def test_calls_are_governed_and_replayable(dep: Path) -> None:
         ("search_knowledge", {"query": "fees", "filters": [{"key": "year", "op": "in"}]},
          "filters[0]: filter on 'year': op 'in' needs a non-empty 'values' list"),
         ("drop_table", {}, "not offered"),
+        ("search_knowledge", {"query": "   "}, "field 'query': query is blank"),
+        ("retrieve_documents", {"corpus": "policy", "query": "a\u0000b"}, "NUL"),
     ],
 )  # fmt: skip
 def test_identity_in_arguments_is_refused(

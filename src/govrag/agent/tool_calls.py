@@ -38,7 +38,7 @@ from govrag.agent.listings import (
 from govrag.agent.retrieve import RETRIEVE_TOOL, GovernedResult, GovernedSearch
 from govrag.audit.events import ProposalEvent, write
 from govrag.audit.trail import recorded
-from govrag.errors import InputError, NotFoundError
+from govrag.errors import InputError, NotFoundError, describe_validation
 from govrag.policy.pep import Proposal
 from govrag.routes.models import Tool
 from govrag.routes.payload import CheckedProposal, check_proposal, offered_tools
@@ -57,6 +57,15 @@ CountClick = Callable[[str, str, str], None]
 
 #: What one call of an offered tool gives: by its kind.
 ToolOutcome = GovernedResult | CorpusListing | DocumentListing
+
+
+def tool_request(tool: str, **fields: Any) -> SearchRequest:
+    """The store request of a tool call. A value the tool's schema let through but a request
+    refuses (a blank query, a NUL in it) is the caller's error, named, not a server fault."""
+    try:
+        return SearchRequest(**fields)
+    except ValueError as exc:
+        raise InputError(f"arguments of {tool!r}: {describe_validation(exc)}") from exc
 
 
 class CallerTools:
@@ -200,8 +209,9 @@ class CallerTools:
             tool = checked.tool
             if tool is search_tool.TOOL:
                 plan = search_tool.search_request(checked.arguments, session.retrieval.scope)
-                request = SearchRequest(query=plan.query, strategy=strategy, top_k=top_k,
-                                        corpora=plan.corpora, filters=plan.filters)  # fmt: skip
+                request = tool_request(tool.name, query=plan.query, strategy=strategy,
+                                       top_k=top_k, corpora=plan.corpora,
+                                       filters=plan.filters)  # fmt: skip
                 return self._governed.run(principal, session, request, plan.proposals,
                                           request_id, where)  # fmt: skip
             if tool.kind == "retrieve":
@@ -239,13 +249,8 @@ class CallerTools:
         top_k: int,
     ) -> GovernedResult:
         assert checked.corpus is not None  # check_proposal binds a retrieve's corpus
-        try:
-            request = SearchRequest(query=checked.query, strategy=strategy, top_k=top_k,
-                                    corpora=(checked.corpus,))  # fmt: skip
-        except ValueError as exc:  # an empty query the tool's schema let through
-            raise InputError(
-                f"arguments of {checked.tool.name!r}: query: give a non-empty query"
-            ) from exc
+        request = tool_request(checked.tool.name, query=checked.query, strategy=strategy,
+                               top_k=top_k, corpora=(checked.corpus,))  # fmt: skip
         proposal = Proposal(tool=checked.tool.name, action=checked.action,
                             corpus=checked.corpus, query=checked.query)  # fmt: skip
         return self._governed.run(principal, session, request, [proposal], request_id, where)
