@@ -8,10 +8,12 @@ runner imports the benchmarks, never the reverse.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from govrag.eval.metrics import percentile
 
@@ -25,6 +27,26 @@ System = Callable[[str], tuple[list[int], bool]]
 
 def say(message: str) -> None:
     print(message, flush=True)
+
+
+def sized_parser(prog: str, doc: str | None, quick: dict[str, int], out_dir: Path,
+                 results: str) -> argparse.ArgumentParser:  # fmt: skip
+    """The parser of a benchmark with sizes (each added by the caller, default ``None``):
+    ``--quick`` for a smoke run, ``--seed``, ``--out-dir``; see :func:`fill_sizes`."""
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=raw)
+    parser.add_argument("--quick", action="store_true", help=f"a smoke run: {quick} unless given")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out-dir", type=Path, default=out_dir,
+                        help=f"where the cached store and {results} go")  # fmt: skip
+    return parser
+
+
+def fill_sizes(args: argparse.Namespace, quick: dict[str, int], full: dict[str, int]) -> None:
+    """Each size not given: ``quick``'s with ``--quick``, else ``full``'s."""
+    for key, value in (quick if args.quick else full).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
 
 
 def ratio(a: float, b: float) -> float | None:

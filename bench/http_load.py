@@ -55,7 +55,7 @@ import numpy as np
 
 import govrag
 from bench import synthetic
-from bench.common import ratio, say
+from bench.common import fill_sizes, ratio, say, sized_parser
 from govrag.eval.metrics import percentile
 from govrag.types import Principal
 
@@ -66,6 +66,7 @@ KINDS = ("retrieve", "ask")
 #: The HTTP path's throughput as a fraction of the in-process one, at least.
 TARGET_RATIO = 0.7
 QUICK = {"chunks": 2_000, "clients": 4, "requests": 40, "rounds": 1}
+FULL = {"chunks": 100_000, "clients": 8, "requests": 400, "rounds": 2}
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,9 @@ def _returned(kind: str, body: dict[str, Any]) -> Iterator[tuple[str, str]]:
             yield citation["doc_id"], citation["corpus"]
 
 
-def _check(tally: Tally, request: Request, body: dict[str, Any], masks: list[Any]) -> None:
+def check(tally: Tally, request: Request, body: dict[str, Any], masks: list[Any]) -> None:
+    """Count ``body``'s chunks into ``tally``: each one ``request``'s principal may not read
+    (by the brute-force reference ``masks``), or of another corpus, is a leak."""
     readable = masks[request.probe]
     for doc_id, corpus in _returned(request.kind, body):
         tally.chunks_checked += 1
@@ -181,7 +184,7 @@ def _phase(
             if tally is not None:
                 with lock:
                     tally.ms[request.kind].append(ms)
-                    _check(tally, request, body, masks)
+                    check(tally, request, body, masks)
 
     threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
     for thread in threads:
@@ -233,7 +236,7 @@ def _over_http(url: str, tokens: list[str], opened: list[httpx.Client]) -> Calla
     return call_for
 
 
-def _deployment(store_root: Path, dep: Path, corpus: synthetic.Corpus) -> None:
+def deployment(store_root: Path, dep: Path, corpus: synthetic.Corpus) -> None:
     """A scaffolded deployment (route ``search`` over the corpus, the retrieval tools, keys)
     whose store is a copy of the cached one and whose principals are the probes."""
     govrag.init(dep, tenant=synthetic.TENANT, corpora=[synthetic.CORPUS])
@@ -249,9 +252,9 @@ def _deployment(store_root: Path, dep: Path, corpus: synthetic.Corpus) -> None:
 
 
 @contextmanager
-def serve(dep: Path, log: Path) -> Iterator[str]:
-    """``govrag serve`` on a free loopback port, in a subprocess running this checkout's
-    govrag; yields its URL."""
+def serve(dep: Path, log: Path, command: Sequence[str] = ("serve",)) -> Iterator[str]:
+    """``govrag serve`` (or ``govrag COMMAND``, which takes ``--port``) on a free loopback
+    port, in a subprocess running this checkout's govrag; yields its URL."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -263,7 +266,7 @@ def serve(dep: Path, log: Path) -> Iterator[str]:
            "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}  # fmt: skip
     with log.open("w") as sink:  # uvicorn logs every request: a file, never an unread pipe
         process = subprocess.Popen(
-            [sys.executable, "-m", "govrag", "serve", "--port", str(port), "-d", str(dep)],
+            [sys.executable, "-m", "govrag", *command, "--port", str(port), "-d", str(dep)],
             env=env, stdout=subprocess.DEVNULL, stderr=sink,
         )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
@@ -312,7 +315,7 @@ def run(
     with tempfile.TemporaryDirectory(prefix="govrag-bench-http-") as tmp:
         dep = Path(tmp) / "dep"
         say(f"http: copying the {n_docs}-chunk store into a deployment")
-        _deployment(root, dep, corpus)
+        deployment(root, dep, corpus)
         opened: list[httpx.Client] = []
         with govrag.open(dep, auth={"dev_tokens": True}) as app:
             principals = [govrag.local_principal(app.settings, p.name) for p in corpus.probes]
@@ -374,26 +377,14 @@ def table(result: dict[str, Any]) -> str:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.http_load",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--quick", action="store_true",
-                        help=f"a smoke run: {QUICK} unless given")  # fmt: skip
+    parser = sized_parser("python -m bench.http_load", __doc__, QUICK, OUT_DIR,
+                          "results-http.json")  # fmt: skip
     parser.add_argument("--chunks", type=int, help="corpus size (default 100000)")
     parser.add_argument("--clients", type=int, help="concurrent clients (default 8)")
     parser.add_argument("--requests", type=int, help="requests per path per round (default 400)")
     parser.add_argument("--rounds", type=int, help="rounds, alternating order (default 2)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out-dir", type=Path, default=OUT_DIR,
-                        help="where the cached store and results-http.json go")  # fmt: skip
     args = parser.parse_args(argv)
-    defaults = QUICK if args.quick else {"chunks": 100_000, "clients": 8, "requests": 400,
-                                         "rounds": 2}  # fmt: skip
-    for key, value in defaults.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    fill_sizes(args, QUICK, FULL)
     if args.chunks < 100 or args.clients < 1 or args.requests < 1 or args.rounds < 1:
         parser.error("--chunks must be >= 100; --clients, --requests and --rounds >= 1")
     return args

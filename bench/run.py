@@ -5,7 +5,7 @@ Run from the repository root::
     .venv/bin/python -m bench.run [--only NAME] [--chunks N] [--queries N] [--skip-minilm]
                                   [--pg-chunks N]
 
-(NAME: scifact, synthetic, postgres, pdp, governed, gateway, writeback, ingest, http)
+(NAME: scifact, synthetic, postgres, pdp, governed, gateway, writeback, ingest, http, mcp)
 
 Without ``--only``, SciFact and the synthetic corpus on SQLite run; the PostgreSQL benchmark
 (``bench/postgres.py``: a 1M-chunk load the first time) runs only with ``--only postgres``.
@@ -45,7 +45,7 @@ HYBRID_P50_MS = 20.0
 HYBRID_VS_UNFILTERED = 1.5
 STRATEGIES = (Strategy.KEYWORD, Strategy.SEMANTIC, Strategy.HYBRID)
 #: The benchmarks whose ``--only`` run writes its figures to a file of its own.
-OWN_FILE = ("postgres", "pdp", "governed", "gateway", "writeback", "ingest", "http")
+OWN_FILE = ("postgres", "pdp", "governed", "gateway", "writeback", "ingest", "http", "mcp")
 
 
 def govrag_system(store: SQLiteStore, principal: Principal, strategy: Strategy) -> System:
@@ -277,9 +277,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--http-requests", type=int, default=400, help="HTTP load: requests per path per round"
     )
     parser.add_argument("--http-rounds", type=int, default=2, help="HTTP load: rounds")
+    parser.add_argument(
+        "--mcp-calls", type=int, default=300, help="MCP latency: calls per path per round"
+    )
+    parser.add_argument("--mcp-rounds", type=int, default=2, help="MCP latency: rounds")
     args = parser.parse_args(argv)
     if min(args.http_clients, args.http_requests, args.http_rounds) < 1:
         parser.error("--http-clients, --http-requests and --http-rounds must be >= 1")
+    if min(args.mcp_calls, args.mcp_rounds) < 1:
+        parser.error("--mcp-calls and --mcp-rounds must be >= 1")
     if args.chunks < 100 or args.gov_chunks < 100 or args.queries < WARMUP:
         parser.error(f"--chunks and --gov-chunks must be >= 100 and --queries >= {WARMUP}")
     if args.pg_chunks < 100 or args.pg_load_workers < 1 or args.pg_sqlite_chunks < 0:
@@ -355,6 +361,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                              args.http_rounds, args.seed, OUT_DIR, say)  # fmt: skip
         results["http"] = load
         printed.append(lambda: say(http_load.table(load)))
+
+    if args.only in (None, "mcp"):
+        from bench import mcp_latency
+
+        tool_calls = mcp_latency.run(args.gov_chunks, args.mcp_calls, args.mcp_rounds,
+                                     args.seed, OUT_DIR, say)  # fmt: skip
+        results["mcp"] = tool_calls
+        printed.append(lambda: say(mcp_latency.table(tool_calls)))
 
     if args.only == "postgres":
         # Imported here: it needs the `postgres` extra and the test server helper.

@@ -1,4 +1,5 @@
-"""A served bank for attacks over HTTP: real token keys, real principals, hostile neighbours.
+"""A served bank for attacks over HTTP and MCP: real token keys, real principals, hostile
+neighbours.
 
 The deployment verifies bearer tokens as a production one does (``[auth] keys``: an RSA
 public key in a PEM file and an HS256 secret read from the environment; no development
@@ -20,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
@@ -161,3 +163,38 @@ def hs_token(sub: str, /, **over: Any) -> str:
 
 def bearer(value: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {value}"}
+
+
+#: A request to the MCP endpoint in protocol 2026-07-28: one self-contained POST, the
+#: client's identity in ``_meta``, routing headers that must match the body.
+MCP_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "attacker", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {}}  # fmt: skip
+
+
+def rpc(method: str, **params: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params | {"_meta": MCP_META}}
+
+
+def tool_call(name: str, **arguments: Any) -> dict[str, Any]:
+    return rpc("tools/call", name=name, arguments=arguments)
+
+
+def mcp_headers(body: dict[str, Any] | None) -> dict[str, str]:
+    """The protocol's headers for ``body`` (a proxy routes by them; they must match it)."""
+    headers = {"Accept": "application/json, text/event-stream",
+               "MCP-Protocol-Version": "2026-07-28"}  # fmt: skip
+    if body:
+        headers["Mcp-Method"] = body["method"]
+        if body["method"] == "tools/call":
+            headers["Mcp-Name"] = body["params"]["name"]
+    return headers
+
+
+def mcp_result(client: httpx.Client, headers: dict[str, str], body: dict[str, Any]
+               ) -> dict[str, Any]:  # fmt: skip
+    """A tool call's result over the MCP endpoint (a refusal: ``isError`` and its text)."""
+    r = client.post("/mcp", json=body, headers=headers | mcp_headers(body))
+    assert r.status_code == 200 and "result" in r.json(), r.text
+    result: dict[str, Any] = r.json()["result"]
+    return result

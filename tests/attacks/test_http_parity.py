@@ -14,6 +14,11 @@ not allow, one in another tenant): every outcome must be equal across the worlds
 HTTP adds no channel for what noninterference forbids. A few outcomes are also checked
 against what the caller may read, so the two paths cannot agree on a wrong answer unseen.
 On SQLite and PostgreSQL.
+
+The cases an MCP tool can make (search as ``search_knowledge``, a retrieve tool call, the
+corpus listing, document metadata; a session named in the ``Govrag-Session`` header) also
+run through the MCP endpoint with the same token: its structured content must equal the
+result, its tool error the refusal's text.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from typing import Any
 import httpx
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
-from http_world import bank, bearer, rsa_key, token
+from http_world import bank, bearer, mcp_result, rsa_key, token, tool_call
 from pydantic import BaseModel
 
 import govrag
@@ -212,6 +217,12 @@ CORE = {
     "memory into ana's session by another tenant",
 }  # fmt: skip
 
+#: The cases an MCP tool makes (the others use what no tool offers: a strategy, a top k, an
+#: answer, a click, memory, a session read); each must run through the endpoint.
+MCP_CASES = {name for name, case in CASES.items() if case.op in ("search", "retrieve",
+             "corpora", "document")} - {"search keyword top 1", "search semantic",
+             "cache: ana top 1", "retrieve a listing tool", "retrieve an unknown tool"}  # fmt: skip
+
 
 @dataclass
 class World:
@@ -243,7 +254,7 @@ def _worlds(
                 store = pg_store_settings(request.getfixturevalue("pg_cluster"))
             app = stack.enter_context(bank(root / name, key, store=store,
                                            other_world=name == "other"))  # fmt: skip
-            url = stack.enter_context(serving(app))
+            url = stack.enter_context(serving(app, mcp=True))
             client = stack.enter_context(httpx.Client(base_url=url, timeout=60))
             worlds[name] = World(app, client, key)
         yield worlds
@@ -343,6 +354,30 @@ def over_http(world: World, signed: str, case: Case, args: dict[str, Any]) -> tu
     return r.status_code, (r.json() if r.content else None)
 
 
+def over_mcp(world: World, signed: str, case: Case, args: dict[str, Any]) -> tuple[int, Any]:
+    """The case as an MCP tool call; ``(0, None)`` when no tool makes it. A result is its
+    structured content; a refusal is the status its class has on ``/v1`` and its text (the
+    problem document's ``detail``), which :func:`check_parity` compares."""
+    headers = bearer(signed)
+    if "session" in args:
+        headers["Govrag-Session"] = args.pop("session")
+    if case.op == "search" and set(args) <= {"query", "corpora", "filters"}:
+        call = tool_call("search_knowledge", **args)
+    elif case.op == "retrieve" and args["tool"] == RETRIEVE and set(args) == {"tool", "arguments"}:
+        call = tool_call(RETRIEVE, **args["arguments"])
+    elif case.op == "corpora" and not args:
+        call = tool_call("list_corpora")
+    elif case.op == "document":
+        call = tool_call("get_document_metadata", doc_id=args["external_id"],
+                         source_system=args["source_system"])  # fmt: skip
+    else:
+        return 0, None
+    result = mcp_result(world.client, headers, call)
+    if result["isError"]:
+        return -1, result["content"][0]["text"]
+    return 200, result["structuredContent"]
+
+
 def scrub(value: Any, ids: dict[str, str]) -> Any:
     """``value`` without what is random per request; ids named in text (a session id in a
     refusal) become their role."""
@@ -366,6 +401,8 @@ def run(world: World, case: Case, via: str) -> tuple[int, Any]:
         ids[args["session"]] = "<ana's session>"
     if via == "http":
         status, body = over_http(world, signed, case, args)
+    elif via == "mcp":
+        status, body = over_mcp(world, signed, case, args)
     else:
         status, body = in_process(world, principal, case, args)
     return status, scrub(body, ids)
@@ -374,10 +411,16 @@ def run(world: World, case: Case, via: str) -> tuple[int, Any]:
 def check_parity(worlds: dict[str, World], name: str) -> None:
     case = CASES[name]
     outcomes = {(w, via): run(worlds[w], case, via)
-                for w in worlds for via in ("api", "http")}  # fmt: skip
+                for w in worlds for via in ("api", "http", "mcp")}  # fmt: skip
     reference = outcomes[("plain", "api")]
-    for where, outcome in outcomes.items():
-        assert outcome == reference, (name, where)
+    status, body = reference
+    # A tool error is the refusal's text, whatever its status on /v1.
+    as_tool = (-1, body["detail"]) if status >= 400 else reference
+    for (world, via), outcome in outcomes.items():
+        if via != "mcp":
+            assert outcome == reference, (name, world, via)
+        else:
+            assert outcome == (as_tool if name in MCP_CASES else (0, None)), (name, world, via)
     if case.expect is not None:
         assert case.expect(*reference), (name, reference)
 

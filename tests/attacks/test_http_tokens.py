@@ -1,5 +1,6 @@
-"""The token matrix through HTTP: every ``/v1`` route refuses every bad token with the same
-fixed 401, and a good token's rights are those of the store at each request.
+"""The token matrix through HTTP: every ``/v1`` route and the MCP endpoint refuse every bad
+token with the same fixed 401, and a good token's rights are those of the store at each
+request.
 
 ``tests/auth/test_tokens.py`` shows the verifier refuses each forged, expired, confused or
 misdirected token. Over HTTP the question is whether any route forgets to ask it, or answers
@@ -11,9 +12,10 @@ the environment), and tokens are signed here with the current time when they are
 
 Then what a token cannot carry: rights. A right revoked after a token was issued (the
 record ingested again without the caller in its access list) is gone for the same token on
-the next request, in search, retrieve, document metadata, click and ask. And a session is
-its opener's: another principal's good token gets the 404 of an absent session on every
-route that takes one. On SQLite and PostgreSQL.
+the next request, in search, retrieve, document metadata, click and ask, and in the MCP tools.
+And a session is its opener's: another principal's good token gets the 404 of an absent
+session on every route that takes one, and the MCP endpoint's error of an absent session for
+a ``Govrag-Session`` header naming it. On SQLite and PostgreSQL.
 """
 
 from __future__ import annotations
@@ -31,16 +33,21 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 from http_world import (
+    ISSUER,
     SECRET,
     bank,
     bearer,
     claims,
     doc,
     hs_token,
+    mcp_headers,
+    mcp_result,
     pem_public,
     records,
+    rpc,
     rsa_key,
     token,
+    tool_call,
 )
 
 import govrag
@@ -73,6 +80,18 @@ ROUTES: list[tuple[str, str, dict[str, Any] | None]] = [
     ("POST", "/v1/memory", memory("ses-0000000000000000")),
     ("GET", "/v1/audit/requests/req-0000000000000000", None),
     ("GET", "/v1/audit/verify", None),
+]  # fmt: skip
+#: The MCP endpoint, each with a request a good token gets past the gate with (a GET or a
+#: DELETE is for pre-2026 MCP sessions).
+MCP_ROUTES: list[tuple[str, str, dict[str, Any] | None]] = [
+    ("POST", "/mcp", rpc("tools/list")),
+    ("POST", "/mcp", tool_call("search_knowledge", query="wire limit")),
+    ("POST", "/mcp", tool_call("retrieve_documents", query="wire limit", corpus="policy")),
+    ("POST", "/mcp", tool_call("list_corpora")),
+    ("POST", "/mcp", tool_call("get_document_metadata", doc_id="wire-limits",
+                               source_system="sp")),
+    ("GET", "/mcp", None),
+    ("DELETE", "/mcp", None),
 ]  # fmt: skip
 
 
@@ -172,7 +191,7 @@ def world(
     root = tmp_path_factory.mktemp("tokens") / "bank"
     with (
         bank(root, key, store=store) as app,
-        serving(app) as url,
+        serving(app, mcp=True) as url,
         httpx.Client(base_url=url, timeout=60) as client,
     ):
         yield app, client, key
@@ -180,6 +199,9 @@ def world(
 
 def send(client: httpx.Client, method: str, path: str, body: Any,
          headers: dict[str, str] | list[tuple[str, str]]) -> httpx.Response:  # fmt: skip
+    if path == "/mcp":
+        headers = [*(headers.items() if isinstance(headers, dict) else headers),
+                   *mcp_headers(body).items()]  # fmt: skip
     return client.request(method, path, json=body, headers=headers)
 
 
@@ -199,20 +221,40 @@ def test_the_routes_here_are_every_v1_operation(world: Any) -> None:
 @ONE_BACKEND
 def test_no_bad_token_passes_any_route_and_every_refusal_is_one_answer(world: Any) -> None:
     _, client, key = world
-    accepted, answered = [], set()
+    accepted, answered, challenges = [], set(), set()
     bad = matrix(key)
     assert len(bad) >= 33
     for name, headers in bad.items():
-        for method, path, body in ROUTES:
+        for method, path, body in ROUTES + MCP_ROUTES:
             r = send(client, method, path, body, headers)
             if r.status_code != 401:
                 accepted.append((name, method, path, r.status_code))
                 continue
-            answered.add((r.text, r.headers["content-type"], r.headers["www-authenticate"]))
+            answered.add((r.text, r.headers["content-type"]))
+            challenges.add((path == "/mcp", r.headers["www-authenticate"]))
             assert r.json() == REFUSED, (name, path)
     assert accepted == []
-    # One body, one content type, one challenge for every token on every route.
+    # One body and one content type for every token on every route; one challenge on /v1,
+    # and one on /mcp that also says where its protected-resource metadata is.
     assert len(answered) == 1
+    base = str(client.base_url).rstrip("/")
+    assert challenges == {
+        (False, 'Bearer realm="govrag"'),
+        (True, f'Bearer realm="govrag", resource_metadata="{base}/.well-known/'
+               'oauth-protected-resource/mcp"'),
+    }  # fmt: skip
+
+
+@ONE_BACKEND
+def test_the_mcp_metadata_names_the_issuer_of_its_tokens(world: Any) -> None:
+    # What a standard MCP client reads after a 401 to learn where to get a token.
+    _, client, _ = world
+    base = str(client.base_url).rstrip("/")
+    metadata = client.get("/.well-known/oauth-protected-resource/mcp")
+    assert metadata.status_code == 200
+    assert metadata.json() == {"resource": f"{base}/mcp", "resource_name": "govrag",
+                               "bearer_methods_supported": ["header"],
+                               "authorization_servers": [ISSUER]}  # fmt: skip
 
 
 @ONE_BACKEND
@@ -220,7 +262,7 @@ def test_two_authorization_headers_are_refused_even_when_both_are_good(world: An
     _, client, key = world
     good = token(key, "ana")
     both = [("Authorization", f"Bearer {good}"), ("Authorization", f"Bearer {hs_token('ana')}")]
-    for method, path, body in ROUTES:
+    for method, path, body in ROUTES + MCP_ROUTES:
         r = send(client, method, path, body, both)
         assert r.status_code == 401 and r.json() == REFUSED, path
 
@@ -230,10 +272,12 @@ def test_good_tokens_of_both_keys_pass_every_route(world: Any) -> None:
     # The control: the matrix is refused for its faults, not because nothing gets in.
     _, client, key = world
     for good in (token(key, "ana"), hs_token("ana"), token(key, "eve")):
-        for method, path, body in ROUTES:
+        for method, path, body in ROUTES + MCP_ROUTES:
             r = send(client, method, path, body, bearer(good))
             assert r.status_code != 401, (path, r.text)
             assert r.status_code < 500, (path, r.text)
+            if path == "/mcp" and method == "POST":  # answered by the MCP server itself
+                assert r.status_code == 200 and "result" in r.json(), r.text
 
 
 BONUS = "The 2026 bonus plan pays twelve percent to the corporate desk."
@@ -258,7 +302,17 @@ def test_a_right_revoked_after_the_token_was_issued_is_gone_for_that_token(
         found = client.post("/v1/search", json=search, headers=ana).json()
         retrieved = client.post("/v1/retrieve", json=call, headers=ana).json()
         answer = client.post("/v1/ask", json=question, headers=ana).json()
+        searched = mcp_result(client, ana, tool_call("search_knowledge", query="2026 bonus plan"))
+        called = mcp_result(client, ana, tool_call("retrieve_documents", query="2026 bonus plan",
+                                            corpus="policy"))  # fmt: skip
+        described = mcp_result(client, ana, tool_call("get_document_metadata", doc_id="bonus-plan",
+                                               source_system="sp"))  # fmt: skip
         return {
+            "mcp search": "bonus-plan"
+            in {h["doc_id"] for h in searched["structuredContent"]["results"]},
+            "mcp retrieve": "bonus-plan"
+            in {h["doc_id"] for h in called["structuredContent"]["results"]},
+            "mcp metadata": not described["isError"],
             "search": "bonus-plan" in {h["doc_id"] for h in found["results"]},
             "retrieve": "bonus-plan" in {h["doc_id"] for h in retrieved["results"]},
             "metadata": client.get("/v1/documents/sp/bonus-plan", headers=ana).status_code == 200,
@@ -267,11 +321,21 @@ def test_a_right_revoked_after_the_token_was_issued_is_gone_for_that_token(
             or "twelve" in answer["answer"],
         }
 
-    assert sees() == dict.fromkeys(["search", "retrieve", "metadata", "click", "ask"], True)
+    uses = [
+        "search",
+        "retrieve",
+        "metadata",
+        "click",
+        "ask",
+        "mcp search",
+        "mcp retrieve",
+        "mcp metadata",
+    ]
+    assert sees() == dict.fromkeys(uses, True)
     # The source revokes her right: the record comes again with ben in the list, not ana.
     feed.write_text(records(doc("bonus-plan", BONUS, ["S-2"])))
     assert app.ingest(feed).ok
-    assert sees() == dict.fromkeys(["search", "retrieve", "metadata", "click", "ask"], False)
+    assert sees() == dict.fromkeys(uses, False)
     gone = client.get("/v1/documents/sp/bonus-plan", headers=ana)
     absent = client.get("/v1/documents/sp/never-was", headers=ana)
     assert gone.json()["detail"].replace("bonus-plan", "X") == absent.json()["detail"].replace(
@@ -310,9 +374,24 @@ def test_a_session_is_its_openers_on_every_route_that_takes_one(world: Any) -> N
                 absent.json()["detail"].replace("ses-ffffffffffffffff", sid)
                 == (theirs.json()["detail"])
             ), (sub, path)
+    # Over MCP a session is named in the Govrag-Session header: the error of an absent one.
+    calls = [body for method, path, body in MCP_ROUTES if body and body["method"] == "tools/call"]
+    for sub in ("ben", "zed", "eve"):
+        for call in calls:
+            theirs = mcp_result(client, bearer(token(key, sub)) | {"Govrag-Session": sid}, call)
+            absent = mcp_result(client, bearer(token(key, sub))
+                         | {"Govrag-Session": "ses-ffffffffffffffff"}, call)  # fmt: skip
+            if not theirs["isError"]:
+                accepted.append((sub, "mcp", call["params"]["name"], theirs))
+            assert theirs["content"][0]["text"] == absent["content"][0]["text"].replace(
+                "ses-ffffffffffffffff", sid
+            ), (sub, call)
     assert accepted == []
     # Its opener still uses it on every route (with a fresh token of hers).
     again = bearer(token(key, "ana"))
     for method, path, body in uses:
         r = send(client, method, path, body, again)
         assert r.status_code in (200, 201), (path, r.text)
+    for call in calls:
+        result = mcp_result(client, again | {"Govrag-Session": sid}, call)
+        assert not result["isError"] and result["structuredContent"]["session_id"] == sid

@@ -6,6 +6,7 @@ bounds without timing anything)."""
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -72,8 +73,8 @@ class Live:
 
 def start(api: Any, **options: Any) -> Live:
     """Serve an ASGI app on a free loopback port (uvicorn options as keywords)."""
-    config = uvicorn.Config(api, host="127.0.0.1", port=0, log_level="warning", lifespan="off",
-                            **options)  # fmt: skip
+    options = {"lifespan": "off", "port": 0} | options
+    config = uvicorn.Config(api, host="127.0.0.1", log_level="warning", **options)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -86,9 +87,17 @@ def start(api: Any, **options: Any) -> Live:
 
 
 @contextmanager
-def serving(app: govrag.Govrag, **config: Any) -> Iterator[str]:
-    """``app``'s HTTP API on a free loopback port (uvicorn in a thread); yields its URL."""
-    live = start(create_app(app), **config)
+def serving(app: govrag.Govrag, *, mcp: bool = False, **config: Any) -> Iterator[str]:
+    """``app``'s HTTP API on a free loopback port (uvicorn in a thread); yields its URL. With
+    ``mcp``, also the MCP endpoint at ``URL/mcp`` (its sessions need the app's lifespan)."""
+    port = 0
+    if mcp:  # the endpoint names its own URL, so the port is chosen first
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+    mcp_url = f"http://127.0.0.1:{port}/mcp" if mcp else None
+    live = start(create_app(app, mcp_url=mcp_url), port=port, lifespan="on" if mcp else "off",
+                 **config)  # fmt: skip
     try:
         yield live.url
     finally:
@@ -140,3 +149,47 @@ def wait_for(condition: Callable[[], bool], what: str) -> None:
     while not condition():
         assert time.monotonic() < deadline, f"gave up waiting for {what}"
         time.sleep(0.01)
+
+
+#: What ana may read of :data:`RECORDS` (card-fees is ben's).
+ANAS = {"wire-limits", "handbook/branch-hours.md"}
+
+
+async def each_tool(client: Any) -> list[Any]:
+    """ana's calls of each MCP tool with an MCP ``client``: a retrieve, a search, the corpus
+    listing, her document's metadata, ben's document's, a retrieve outside the route."""
+    return [
+        await client.call_tool("retrieve_documents", {"corpus": "policy", "query": "wire"}),
+        await client.call_tool("search_knowledge", {"query": "branches open weekdays"}),
+        await client.call_tool("list_corpora", {}),
+        await client.call_tool("get_document_metadata",
+                               {"doc_id": "wire-limits", "source_system": "sp"}),
+        await client.call_tool("get_document_metadata",  # ben's document
+                               {"doc_id": "card-fees", "source_system": "sp"}),
+        await client.call_tool("retrieve_documents", {"corpus": "hr", "query": "salaries"}),
+    ]  # fmt: skip
+
+
+def governed(results: list[Any], app: govrag.Govrag) -> set[str]:
+    """Check :func:`each_tool`'s results (what ana may read, the refusals, the replay of the
+    first from the audit log alone); returns the sessions of the first three."""
+    retrieved, searched, listing, described, forbidden, outside = results
+    got = retrieved.structured_content
+    assert not retrieved.is_error and got["results"][0]["doc_id"] == "wire-limits"
+    assert {c["doc_id"] for c in got["results"]} <= ANAS
+    assert "EUR 50,000" in retrieved.content[0].text
+    assert [d["verdict"] for d in got["decisions"]] == ["ALLOW"]
+    found = searched.structured_content["results"]
+    assert found[0]["doc_id"] == "handbook/branch-hours.md"
+    assert {c["doc_id"] for c in found} <= ANAS
+    assert [c["corpus"] for c in listing.structured_content["corpora"]] == ["policy"]
+    assert described.structured_content["document"]["title"] == "Wire transfer limits"
+    assert forbidden.is_error and "no document sp:card-fees" in forbidden.content[0].text
+    assert "Debit" not in json.dumps(forbidden.model_dump())
+    assert outside.structured_content["results"] == []
+    assert [d["reason"] for d in outside.structured_content["decisions"]] == ["out_of_scope"]
+    replay = app.replay(got["request_id"]).as_dict()
+    assert replay["request_id"] == got["request_id"]
+    proposed = [p for p in replay["proposed"] if p["tool"] == "retrieve_documents"]
+    assert proposed[0]["arguments"] == {"corpus": "policy", "query": "wire"}
+    return {r.structured_content["session_id"] for r in (retrieved, searched, listing)}

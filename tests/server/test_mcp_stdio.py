@@ -14,12 +14,13 @@ import json
 import os
 import sys
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from serving import bank, seed_bank
+from serving import bank, each_tool, governed, seed_bank
 
 import govrag
 
@@ -70,44 +71,10 @@ def test_the_tools_are_the_routes_and_search_needs_a_store(dep: Path, tmp_path: 
 
 
 def test_calls_are_governed_and_replayable(dep: Path) -> None:
-    async def calls(client: Any) -> list[Any]:
-        return [
-            await client.call_tool("retrieve_documents", {"corpus": "policy", "query": "wire"}),
-            await client.call_tool("search_knowledge", {"query": "branches open weekdays"}),
-            await client.call_tool("list_corpora", {}),
-            await client.call_tool("get_document_metadata",
-                                   {"doc_id": "wire-limits", "source_system": "sp"}),
-            await client.call_tool("get_document_metadata",  # ben's document
-                                   {"doc_id": "card-fees", "source_system": "sp"}),
-            await client.call_tool("retrieve_documents", {"corpus": "hr", "query": "salaries"}),
-        ]  # fmt: skip
-
-    retrieved, searched, listed, described, forbidden, outside = run(dep, "--as", "ana",
-                                                                     body=calls)  # fmt: skip
-    got = retrieved.structured_content
-    assert not retrieved.is_error
-    anas = {"wire-limits", "handbook/branch-hours.md"}  # what ana may read; card-fees is ben's
-    assert got["results"][0]["doc_id"] == "wire-limits"
-    assert {c["doc_id"] for c in got["results"]} <= anas
-    assert "EUR 50,000" in retrieved.content[0].text
-    assert [d["verdict"] for d in got["decisions"]] == ["ALLOW"]
-    found = searched.structured_content["results"]
-    assert found[0]["doc_id"] == "handbook/branch-hours.md"
-    assert {c["doc_id"] for c in found} <= anas
-    assert [c["corpus"] for c in listed.structured_content["corpora"]] == ["policy"]
-    assert described.structured_content["document"]["title"] == "Wire transfer limits"
-    assert forbidden.is_error and "no document sp:card-fees" in forbidden.content[0].text
-    assert "Debit" not in json.dumps(forbidden.model_dump())
-    assert outside.structured_content["results"] == []
-    assert [d["reason"] for d in outside.structured_content["decisions"]] == ["out_of_scope"]
-    # One connection, one pinned session; every call a request of its own, on the log.
-    sessions = {r.structured_content["session_id"] for r in (retrieved, searched, listed)}
-    assert len(sessions) == 1
+    results = run(dep, "--as", "ana", body=each_tool)
     with govrag.open(dep) as app:
-        replay = app.replay(got["request_id"]).as_dict()
-    assert replay["request_id"] == got["request_id"]
-    proposed = [p for p in replay["proposed"] if p["tool"] == "retrieve_documents"]
-    assert proposed[0]["arguments"] == {"corpus": "policy", "query": "wire"}
+        sessions = governed(results, app)
+    assert len(sessions) == 1  # one connection, one pinned session; each call its own request
 
 
 @pytest.mark.parametrize(
@@ -147,3 +114,52 @@ def test_who_it_serves_is_fixed_at_start(dep: Path) -> None:
         token = app.dev_token("ben")
     result = run(dep, "--token", token, body=call)
     assert {c["doc_id"] for c in result.structured_content["results"]} == {"card-fees"}
+
+
+def test_a_revoked_right_is_gone_at_the_next_call(dep: Path, tmp_path: Path) -> None:
+    bonus = {"type": "document", "source_system": "sp", "external_id": "bonus-plan",
+             "corpus": "policy", "title": "Bonus plan", "classification": "internal",
+             "text": "The 2026 bonus plan pays twelve percent to the corporate desk."}  # fmt: skip
+    feed = tmp_path / "bonus.jsonl"
+
+    def grant(account: str) -> None:
+        feed.write_text(json.dumps(bonus | {"acl": [account]}) + "\n")
+        with govrag.open(dep) as app:
+            assert app.ingest(feed).ok
+
+    grant("S-1")
+    seen: list[set[str]] = []
+
+    async def twice(client: Any) -> None:
+        # One connection (one pinned session): the source revokes ana's right in between.
+        for account in ("S-2", None):
+            found = await client.call_tool("search_knowledge", {"query": "2026 bonus plan"})
+            seen.append({c["doc_id"] for c in found.structured_content["results"]})
+            if account:
+                grant(account)
+
+    run(dep, "--as", "ana", body=twice)
+    assert "bonus-plan" in seen[0] and "bonus-plan" not in seen[1]
+
+
+def test_the_start_tokens_expiry_ends_the_service(dep: Path) -> None:
+    from govrag.server.mcp_server import Binding, build
+
+    with govrag.open(dep) as app:
+        verified = app.verify_token(app.dev_token("ana"))
+        binding = Binding(verified.principal, None, expires_at=verified.expires_at)
+        server = build(app, lambda ctx: binding)
+
+        async def calls() -> tuple[Any, Any, str]:
+            async with Client(server) as client:
+                before = await client.call_tool("list_corpora", {})
+                binding.expires_at = datetime.now(UTC) - timedelta(seconds=1)  # time passes
+                after = await client.call_tool("list_corpora", {})
+                with pytest.raises(mcp.MCPError) as listing:
+                    await client.list_tools()
+                return before, after, str(listing.value)
+
+        before, after, listing = anyio.run(calls)
+    assert not before.is_error
+    assert after.is_error and "expired" in after.content[0].text
+    assert "expired" in listing

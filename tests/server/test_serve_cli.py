@@ -11,8 +11,12 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -62,12 +66,15 @@ def test_a_broken_key_stops_it_at_start(root: Path) -> None:
     assert done.returncode == 2 and "auth.jwks_file" in done.stderr
 
 
-def test_it_serves_governed_search_over_http(root: Path) -> None:
+@contextmanager
+def running(root: Path, *args: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """``govrag ARGS`` on a free loopback port until it answers ``/healthz``; yields its URL
+    and process, and stops it as SIGINT does (uvicorn drains and exits)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "GOVRAG_AUTH__DEV_TOKENS": "true"}
-    server = subprocess.Popen([sys.executable, "-m", "govrag", "serve", "--port", str(port),
+    server = subprocess.Popen([sys.executable, "-m", "govrag", *args, "--port", str(port),
                                "-d", str(root)], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
@@ -79,27 +86,72 @@ def test_it_serves_governed_search_over_http(root: Path) -> None:
                 if httpx.get(f"{url}/healthz", timeout=5).status_code == 200:
                     break
             except httpx.TransportError:
-                assert time.monotonic() < deadline, "govrag serve did not start"
+                assert time.monotonic() < deadline, f"govrag {args[0]} did not start"
                 time.sleep(0.1)
-        token = govrag_cli(root, "token", "--as", "ana", env={"GOVRAG_AUTH__DEV_TOKENS": "true"})
-        assert token.returncode == 0, token.stderr
-        auth = {"Authorization": f"Bearer {token.stdout.strip()}"}
-        r = httpx.post(f"{url}/v1/search", json={"query": "wire limit", "strategy": "keyword"},
-                       headers=auth, timeout=60)  # fmt: skip
-        assert r.status_code == 200, r.text
-        assert [h["doc_id"] for h in r.json()["results"]] == ["w"]
-        assert httpx.post(f"{url}/v1/search", json={"query": "wire"}, timeout=60).status_code == 401
+        yield url, server
     finally:
-        server.send_signal(signal.SIGINT)  # uvicorn drains and exits
+        server.send_signal(signal.SIGINT)
         try:
             server.wait(60)
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+def dev_token(root: Path, sub: str) -> str:
+    token = govrag_cli(root, "token", "--as", sub, env={"GOVRAG_AUTH__DEV_TOKENS": "true"})
+    assert token.returncode == 0, token.stderr
+    return token.stdout.strip()
+
+
+def test_it_serves_governed_search_over_http(root: Path) -> None:
+    with running(root, "serve") as (url, server):
+        token = dev_token(root, "ana")
+        auth = {"Authorization": f"Bearer {token}"}
+        r = httpx.post(f"{url}/v1/search", json={"query": "wire limit", "strategy": "keyword"},
+                       headers=auth, timeout=60)  # fmt: skip
+        assert r.status_code == 200, r.text
+        assert [h["doc_id"] for h in r.json()["results"]] == ["w"]
+        assert httpx.post(f"{url}/v1/search", json={"query": "wire"}, timeout=60).status_code == 401
+        assert httpx.post(f"{url}/mcp", json={}, headers=auth).status_code == 404  # not asked
     assert server.returncode == 0
     # One JSON access line per request on stdout (uvicorn's own, with raw paths, is off).
     out = server.stdout.read()
-    assert token.stdout.strip() not in out
+    assert token not in out
     lines = [json.loads(line) for line in out.splitlines() if line.strip()]
     seen = [(x["route"], x["status"], x.get("sub")) for x in lines if x["route"] != "/healthz"]
-    assert seen == [("/v1/search", 200, "ana"), ("/v1/search", 401, None)]
+    assert seen == [("/v1/search", 200, "ana"), ("/v1/search", 401, None),
+                    ("<unmatched>", 404, None)]  # fmt: skip
+
+
+def test_govrag_mcp_serves_the_tools_over_streamable_http(root: Path) -> None:
+    mcp = pytest.importorskip("mcp")
+    from mcp.client.streamable_http import streamable_http_client
+
+    with running(root, "mcp", "--transport", "http") as (url, server):
+        token = dev_token(root, "ana")
+
+        async def session() -> tuple[list[str], Any]:
+            async with (
+                httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}) as http,
+                mcp.Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client,
+            ):
+                tools = [t.name for t in (await client.list_tools()).tools]
+                return tools, await client.call_tool("search_knowledge", {"query": "wire"})
+
+        tools, found = anyio.run(session)
+        assert "search_knowledge" in tools and "retrieve_documents" in tools
+        assert [h["doc_id"] for h in found.structured_content["results"]] == ["w"]
+        metadata = httpx.get(f"{url}/.well-known/oauth-protected-resource/mcp").json()
+        assert metadata["resource"] == f"{url}/mcp"
+        assert httpx.get(f"{url}/v1/corpora", headers={"Authorization": f"Bearer {token}"}
+                         ).status_code == 200  # the HTTP API beside it  # fmt: skip
+    assert server.returncode == 0
+    lines = [json.loads(line) for line in server.stdout.read().splitlines() if line.strip()]
+    assert {(x["route"], x.get("sub")) for x in lines if x["route"] == "/mcp"} == {("/mcp", "ana")}
+
+
+def test_govrag_mcp_over_http_takes_no_fixed_identity(root: Path) -> None:
+    for extra in (["--as", "ana"], ["--route", "search"]):
+        done = govrag_cli(root, "mcp", "--transport", "http", *extra)
+        assert done.returncode == 2 and "drop --as" in done.stderr, done.stderr

@@ -42,7 +42,7 @@ from govrag.errors import InputError, NotFoundError, describe_validation
 from govrag.policy.pep import Proposal
 from govrag.routes.models import Tool
 from govrag.routes.payload import CheckedProposal, check_proposal, offered_tools
-from govrag.routes.session import Session, select_route
+from govrag.routes.session import Session, pin_violation, select_route
 from govrag.types import DocumentInfo, Principal, Retrieval, SearchRequest, Strategy
 
 #: ``(principal, source system, external id) -> the document``, when the caller may read it
@@ -181,6 +181,8 @@ class CallerTools:
         sessions = self._governed.sessions
         if session_id is not None:
             session = sessions.resume(principal, session_id)
+            if route_id is not None and route_id != session.route_id:
+                raise pin_violation(session)  # as a call naming another route is
             return self._callable(self._offered(session), session.retrieval, searchable)
         route = select_route(sessions.config, route_id=route_id,
                              default_route=sessions.default_route)  # fmt: skip

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
+from govrag.app import Govrag
 from govrag.cli.common import DeploymentOpt, err, fail, guard, open_app
 from govrag.errors import ConfigError, MissingExtraError
 from govrag.settings import ServerSettings
@@ -58,32 +59,45 @@ def serve(
 ) -> None:
     """Serve the HTTP API (bearer tokens, docs/auth.md; extra 'server')."""
     with open_app(deployment) as app:
-        if app.settings.auth.dev_tokens and not _loopback(host):
-            fail(ConfigError(f"refusing to listen on {host}: [auth] dev_tokens is on, and "
-                             "anyone who can read keys/dev-token-secret could sign a token "
-                             "as anyone; listen on 127.0.0.1, or turn dev_tokens off"))  # fmt: skip
-        auth = app.settings.auth
-        if not (auth.keys or auth.jwks_file or auth.dev_tokens):
-            fail(ConfigError("no [auth] keys: a served deployment takes identity from bearer "
-                             "tokens only; configure [auth] (docs/auth.md), or set "
-                             "[auth] dev_tokens = true for local development"))  # fmt: skip
-        # A key that cannot load is an error at start, not a 401 for every caller.
-        problems = [p for p in app.config_check().problems if not p.warning]
-        if problems:
-            fail(ConfigError("; ".join(str(p) for p in problems)))
-        try:
-            import uvicorn
-        except ImportError as exc:
-            fail(MissingExtraError(exc.name or "uvicorn", "server", "The HTTP server"))
+        run(app, host, port)
 
-        def build() -> Any:
-            from govrag.server import create_app  # a missing extra names it (guarded)
 
-            return create_app(app)
+def run(app: Govrag, host: str, port: int, *, mcp: bool = False) -> None:
+    """Serve ``app``'s HTTP API on ``host:port`` until stopped; with ``mcp`` also the MCP
+    endpoint at ``/mcp`` (``govrag mcp --transport http``). Refuses, before listening, a
+    deployment that could not verify a token or would let anyone sign one."""
+    if app.settings.auth.dev_tokens and not _loopback(host):
+        fail(ConfigError(f"refusing to listen on {host}: [auth] dev_tokens is on, and "
+                         "anyone who can read keys/dev-token-secret could sign a token "
+                         "as anyone; listen on 127.0.0.1, or turn dev_tokens off"))  # fmt: skip
+    auth = app.settings.auth
+    if not (auth.keys or auth.jwks_file or auth.dev_tokens):
+        fail(ConfigError("no [auth] keys: a served deployment takes identity from bearer "
+                         "tokens only; configure [auth] (docs/auth.md), or set "
+                         "[auth] dev_tokens = true for local development"))  # fmt: skip
+    # A key that cannot load is an error at start, not a 401 for every caller.
+    problems = [p for p in app.config_check().problems if not p.warning]
+    if problems:
+        fail(ConfigError("; ".join(str(p) for p in problems)))
+    try:
+        import uvicorn
+    except ImportError as exc:
+        fail(MissingExtraError(exc.name or "uvicorn", "server", "The HTTP server"))
+    server = app.settings.server
+    base = server.public_url or f"http://{_authority(host, port)}"
+    mcp_url = f"{base}/mcp" if mcp else None
 
-        api = guard(build)
-        err.print(f"govrag serving {app.settings.deployment} on http://{host}:{port}",
-                  highlight=False)  # fmt: skip
-        server = app.settings.server
-        uvicorn.run(api, host=host, port=port, log_level="info", log_config=log_config(server),
-                    **uvicorn_options(server))  # fmt: skip
+    def build() -> Any:
+        from govrag.server import create_app  # a missing extra names it (guarded)
+
+        return create_app(app, mcp_url=mcp_url)
+
+    api = guard(build)
+    err.print(f"govrag serving {app.settings.deployment} on http://{_authority(host, port)}"
+              + (f" (MCP: {mcp_url})" if mcp_url else ""), highlight=False)  # fmt: skip
+    uvicorn.run(api, host=host, port=port, log_level="info", log_config=log_config(server),
+                **uvicorn_options(server))  # fmt: skip
+
+
+def _authority(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -146,8 +146,13 @@ class Sessions:
         )
         write(self.store, session.principal.tenant, event, request_id=request_id,
               session_id=session.session_id)  # fmt: skip
-        raise PinViolation(
-            f"session {session.session_id!r} is pinned to route {session.route_id!r} "
-            f"(mode {session.retrieval.mode!r}, scope {list(session.retrieval.scope)}); "
-            "mode, scope and route cannot change mid-session: open a new session"
-        )
+        raise pin_violation(session)
+
+
+def pin_violation(session: Session) -> PinViolation:
+    """The refusal of any change to ``session``'s pinned mode, scope or route."""
+    return PinViolation(
+        f"session {session.session_id!r} is pinned to route {session.route_id!r} "
+        f"(mode {session.retrieval.mode!r}, scope {list(session.retrieval.scope)}); "
+        "mode, scope and route cannot change mid-session: open a new session"
+    )

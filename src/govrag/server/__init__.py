@@ -6,7 +6,9 @@
 ``problems.py`` turns govrag's errors into ``application/problem+json``.
 ``operations.py`` wires what ``[server]`` configures around it: ``limits.py`` (body size, rate
 per principal, in-flight bound, deadline), ``access_log.py`` (request ids, one JSON line per
-request) and ``metrics.py`` (Prometheus, ``GET /metrics``).
+request) and ``metrics.py`` (Prometheus, ``GET /metrics``). ``mcp_server.py`` is the MCP
+server over the same application API (``govrag mcp``, extra ``mcp``), on stdio or, through
+``mcp_http.py``, at ``/mcp`` of this app behind the same gate.
 Identity comes from the bearer token only (``Govrag.verify_token``). Needs the ``server``
 extra; importing it without raises :class:`~govrag.errors.MissingExtraError`.
 """

@@ -32,10 +32,20 @@ from govrag.server.routes import router
 log = logging.getLogger("govrag.server")
 
 
-def create_app(govrag: Govrag) -> FastAPI:
-    """The HTTP API of ``govrag`` (an opened deployment, which the caller closes)."""
+def create_app(govrag: Govrag, *, mcp_url: str | None = None) -> FastAPI:
+    """The HTTP API of ``govrag`` (an opened deployment, which the caller closes); with
+    ``mcp_url`` (where clients reach it, ending in ``/mcp``) also the MCP endpoint
+    (:mod:`govrag.server.mcp_http`, extra ``mcp``), whose sessions live with the app's
+    lifespan."""
+    mcp = None
+    if mcp_url is not None:
+        try:
+            from govrag.server.mcp_http import McpEndpoint
+        except ImportError as exc:
+            raise MissingExtraError(exc.name or "mcp", "mcp", "The MCP server") from exc
+        mcp = McpEndpoint(govrag, mcp_url)
     api = FastAPI(title="govrag", version="1", summary="Governed retrieval over HTTP.",
-                  docs_url=None, redoc_url=None,
+                  docs_url=None, redoc_url=None, lifespan=mcp.lifespan if mcp else None,
                   # No 307 to the same path with a slash: its Location is built from the
                   # caller's Host header.
                   redirect_slashes=False)  # fmt: skip
@@ -93,6 +103,8 @@ def create_app(govrag: Govrag) -> FastAPI:
     # one opaque route): a request refused before routing is then labelled by its route's
     # template in the access log and the metrics.
     api.router.routes.extend(router.routes)
+    if mcp is not None:
+        api.router.routes.extend(mcp.routes())
     return api
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from govrag.app import Govrag
@@ -39,6 +40,14 @@ def _principal(
         raise AuthError("malformed", "more than one Authorization header")
     verified = govrag.verify_token(credentials.credentials if credentials else None)
     return admit(request, verified.principal)  # the rate limit counts verified callers only
+
+
+async def authenticate(request: Request) -> Principal:
+    """:data:`Caller` for an endpoint that is not a FastAPI route (the MCP endpoint): the
+    same header rules, the same verification and the same rate limit, so a token is refused
+    or admitted on every route alike. Raises :class:`AuthError` or a rate-limit refusal."""
+    credentials = await _bearer(request)
+    return await run_in_threadpool(_principal, request, credentials)
 
 
 #: The opened deployment this app serves.

@@ -8,11 +8,14 @@ proposal checked against the schema and audited, PEP-gated, the packs validated)
 the HTTP API's answer model for the same use case, as MCP structured content, with a short
 text rendering beside it.
 
-Identity never comes from the client: over stdio the server acts for one principal fixed when
-it starts (``govrag mcp --as`` or ``--token``). No argument names a principal, a tenant, a
-route or a session (the schemas forbid unknown fields). The route is the server's
-(``--route``, else the deployment's default); the first call opens a govrag session pinned to
-it, and the connection's later calls continue that session.
+Identity never comes from the client. Over stdio the server acts for one principal fixed when
+it starts (``govrag mcp --as`` or ``--token``; a token's expiry ends its service); over
+streamable HTTP each request's bearer token is verified as the HTTP API verifies one
+(:mod:`govrag.server.mcp_http`). No argument names a principal, a tenant, a route or a session
+(the schemas forbid unknown fields). A :class:`Binding` says whom a call is for, on which
+route, and which govrag session it continues; a transport gives one per request (``bind``),
+and the first call of a binding without a session opens one pinned to the route, which the
+binding's later calls continue.
 
 A refused call (bad arguments, absent or forbidden, denied) is a tool result with
 ``is_error`` and a one-line message the model may read; it never carries a stack trace.
@@ -22,12 +25,15 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
 import mcp_types as types
 from mcp.server.lowlevel import Server
+from mcp.shared.exceptions import MCPError
 
 from govrag import __version__
 from govrag.app import CorpusListing, GovernedResult, Govrag, ToolOutcome
@@ -40,12 +46,35 @@ log = logging.getLogger("govrag.mcp")
 
 @dataclass
 class Binding:
-    """Whom one server acts for, on which route, and the govrag session its calls continue
-    (opened by the first call: one stdio connection, one session)."""
+    """Whom calls are for, on which route, and the govrag session they continue (``None``:
+    the next call opens one on ``route``, and the binding keeps it)."""
 
     principal: Principal
     route: str | None
     session: str | None = None
+    #: When the identity stops being valid (a start-up token's ``exp``); ``None``: never.
+    expires_at: datetime | None = None
+    #: When ``session`` ends (the ``exp`` of the token that opened it: no session outlives
+    #: its token, and a fresh token does not revive it).
+    session_until: datetime | None = None
+
+    def expired(self) -> bool:
+        return self.expires_at is not None and datetime.now(UTC) >= self.expires_at
+
+    def session_ended(self) -> bool:
+        return self.session_until is not None and datetime.now(UTC) >= self.session_until
+
+    def continued_in(self, session_id: str) -> None:
+        """Calls continue ``session_id`` from now on (opened by this call, if it is new)."""
+        if session_id != self.session:
+            self.session, self.session_until = session_id, self.principal.expires_at
+
+
+#: How a transport binds a request (the SDK's request context) to a :class:`Binding`.
+Bind = Callable[[Any], Binding]
+#: The one line a call of an expired binding gets.
+EXPIRED = "the token this server was started with has expired; restart it with a fresh one"
+INTERNAL = "internal error; the server's log has the detail"
 
 
 def structured(outcome: ToolOutcome) -> tuple[dict[str, Any], str]:
@@ -69,26 +98,39 @@ def structured(outcome: ToolOutcome) -> tuple[dict[str, Any], str]:
     return described, json.dumps(described["document"], ensure_ascii=False)
 
 
-def build(app: Govrag, binding: Binding) -> Server[Any]:
-    """The MCP server of ``app`` for ``binding``."""
+def build(app: Govrag, bind: Bind) -> Server[Any]:
+    """The MCP server of ``app``; ``bind`` says whom each request is for."""
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         def listed() -> list[types.Tool]:
+            binding = bind(ctx)
+            if binding.expired():
+                raise MCPError(types.INVALID_REQUEST, EXPIRED)
             tools = app.offered_tools(binding.principal, route=binding.route,
                                       session=binding.session)  # fmt: skip
             return [types.Tool(name=t.name, description=t.description,
                                input_schema=t.parameters) for t in tools]  # fmt: skip
 
-        return types.ListToolsResult(tools=await anyio.to_thread.run_sync(listed))
+        try:
+            return types.ListToolsResult(tools=await anyio.to_thread.run_sync(listed))
+        except MCPError:
+            raise
+        except GovragError as exc:  # an unknown route, a session not the caller's
+            raise MCPError(types.INVALID_PARAMS, str(exc)) from None
+        except Exception:
+            log.exception("listing the tools failed")
+            raise MCPError(types.INTERNAL_ERROR, INTERNAL) from None
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         def called() -> types.CallToolResult:
             try:
-                # A session pins its route: the route goes only with the first call.
+                binding = bind(ctx)
+                if binding.expired():
+                    return refused(EXPIRED)
+                # A session pins its route: naming another with it is refused.
                 outcome = app.call_tool(binding.principal, params.name, params.arguments or {},
-                                        route=None if binding.session else binding.route,
-                                        session=binding.session)  # fmt: skip
-                binding.session = outcome.session_id
+                                        route=binding.route, session=binding.session)  # fmt: skip
+                binding.continued_in(outcome.session_id)
                 content, text = structured(outcome)
                 return types.CallToolResult(content=[types.TextContent(text=text)],
                                             structured_content=content)  # fmt: skip
@@ -96,7 +138,7 @@ def build(app: Govrag, binding: Binding) -> Server[Any]:
                 return refused(str(exc))
             except Exception:  # never a stack trace to the client: the log has it
                 log.exception("tool call %r failed", params.name)
-                return refused("internal error; the server's log has the detail")
+                return refused(INTERNAL)
 
         return await anyio.to_thread.run_sync(called)
 
@@ -108,10 +150,11 @@ def refused(message: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(text=message)], is_error=True)
 
 
-async def serve_stdio(app: Govrag, principal: Principal, route: str | None) -> None:
-    """Serve ``principal`` over this process's stdin and stdout until the client leaves."""
+async def serve_stdio(app: Govrag, binding: Binding) -> None:
+    """Serve ``binding`` over this process's stdin and stdout until the client leaves (one
+    connection, one binding: its calls continue one session)."""
     from mcp.server.stdio import stdio_server
 
-    server = build(app, Binding(principal, route))
+    server = build(app, lambda ctx: binding)
     async with stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())

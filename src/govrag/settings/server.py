@@ -11,9 +11,12 @@ audit trail). ``drain_s`` is how long a stopping server lets in-flight requests 
 
 from __future__ import annotations
 
-from pydantic import Field
+from urllib.parse import urlsplit
+
+from pydantic import Field, field_validator
 
 from govrag.settings.sections import Section
+from govrag.store_url import redact
 
 
 class ServerSettings(Section):
@@ -38,3 +41,21 @@ class ServerSettings(Section):
     #: One JSON line per request on the logger ``govrag.access`` (never a token, a body or a
     #: query string).
     access_log: bool = True
+    #: The URL clients reach this server at (behind a proxy, the proxy's), e.g.
+    #: ``https://govrag.bank.example``: the MCP endpoint's resource is this URL with ``/mcp``
+    #: (its protected-resource metadata names it). Default: the address it listens on.
+    public_url: str | None = None
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"public_url {redact(value)!r} is not an http(s) URL with a "
+                             "host, like 'https://govrag.bank.example'")  # fmt: skip
+        if parts.query or parts.fragment or parts.username or parts.password:
+            raise ValueError(f"public_url {redact(value)!r} may not carry a query, a fragment or "
+                             "credentials; give the scheme, host, port and path only")  # fmt: skip
+        return value.strip().rstrip("/")
