@@ -13,10 +13,10 @@ corpus) and ``search_knowledge`` (the route's scope), over the synthetic enterpr
 
 Each figure is the client's wall time per call; a ratio is a path's p50 over the in-process
 p50 measured in the same run. The SDK client lists the tools before its first call (to check
-results against their output schemas); that is what an MCP client pays, so it is counted. Rounds alternate the order of the paths, and every path and round
-has its own queries, so no path's result cache answers what another warmed. Every result's
-chunks are checked against an ACL reference computed by brute force (``bench.http_load``):
-errors and leaks must be 0.
+results against their output schemas); that is what an MCP client pays, so it is counted.
+Rounds alternate the order of the paths, and every path and round has its own queries, so no
+path's result cache answers what another warmed. Every result's chunks are checked against an
+ACL reference computed by brute force (``bench.http_load``): errors and leaks must be 0.
 
 Run from the repository root::
 
