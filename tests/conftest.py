@@ -382,6 +382,7 @@ def scripted(replies: list[dict[str, Any]]) -> tuple[OpenAIChatClient, list[dict
 #: files first balances the workers (and changes no test).
 LONGEST_FILES = (
     "tests/server/test_schemathesis.py",
+    "tests/eval/test_bank_eu_suite.py",
     "tests/test_cli.py",
     "tests/attacks/test_hostile_config.py",
     "tests/store/test_postgres.py",

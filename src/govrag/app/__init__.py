@@ -7,6 +7,7 @@ from govrag.app.api import Govrag, local_principal
 from govrag.app.entry import evaluate_beir, init, open
 from govrag.app.ingest import IngestOutcome, ProgressFactory
 from govrag.app.records import ConfigCheck, Memory, Readiness, SessionInfo
+from govrag.eval.governance import SuiteReport
 from govrag.harvest.sources import SourceStatus, SourceSync
 from govrag.writeback.models import AdmissionGate
 
@@ -24,6 +25,7 @@ __all__ = [
     "SessionInfo",
     "SourceStatus",
     "SourceSync",
+    "SuiteReport",
     "ToolOutcome",
     "evaluate_beir",
     "init",

@@ -36,6 +36,7 @@ from govrag.deployment import (
     lookup_principal,
 )
 from govrag.errors import AuthError, ConfigError, InputError, NotFoundError, require_text
+from govrag.eval.governance import SuiteReport
 from govrag.harvest.sources import SourceStatus, list_sources
 from govrag.settings import Settings
 from govrag.types import MetadataFilter, Principal, Strategy, VerifiedToken
@@ -411,6 +412,22 @@ class Govrag:
         return run_beir_eval(beir_dir, strategy=strategy, split=split, top_k=top_k,
                              progress=progress, store=self._dep.store,
                              search=self.settings.search)  # fmt: skip
+
+    def evaluate_suite(
+        self,
+        suite: str,
+        *,
+        route: str | None = None,
+        progress: Callable[[str], None] | None = None,
+    ) -> SuiteReport:
+        """Run the deployment's governance eval suite ``evals/<suite>.jsonl`` (only
+        ``route``'s cases, if given) through the full governed path, each case asked as its
+        principal; the report says per route and overall what was found, leaked, refused and
+        supported, and which of the suite's thresholds were missed (extra ``eval``)."""
+        require_text(suite=suite, route=route)
+        from govrag.app.evaluate import evaluate_suite
+
+        return evaluate_suite(self._dep, suite, route=route, progress=progress)
 
     # -- lifetime ---------------------------------------------------------------------------
 

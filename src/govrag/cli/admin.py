@@ -74,8 +74,22 @@ def init(
 
 def eval_(
     beir_dir: Annotated[
-        Path, typer.Argument(help="BEIR directory (corpus.jsonl, queries.jsonl, qrels/).")
-    ],
+        Path | None,
+        typer.Argument(help="BEIR directory (corpus.jsonl, queries.jsonl, qrels/)."),
+    ] = None,
+    suite: Annotated[
+        str | None,
+        typer.Option(
+            help="Run the deployment's governance suite evals/SUITE.jsonl instead "
+            "(docs/eval.md); exit 1 when a threshold is missed."
+        ),
+    ] = None,
+    route: Annotated[
+        str | None, typer.Option(help="--suite: only the cases of this route.")
+    ] = None,
+    report: Annotated[
+        Path | None, typer.Option(help="--suite: also write the report as Markdown here.")
+    ] = None,
     strategy: Annotated[Strategy, typer.Option(help="Retrieval strategy.")] = Strategy.KEYWORD,
     split: Annotated[str, typer.Option(help="qrels split.")] = "test",
     embedder: Annotated[
@@ -88,13 +102,26 @@ def eval_(
         typer.Option(
             "--deployment",
             "-d",
-            help="Load into this deployment's store and embedder (any backend; a throw-away "
-            "tenant, dropped afterwards) instead of a temporary SQLite file.",
+            help="BEIR: load into this deployment's store and embedder (any backend; a "
+            "throw-away tenant, dropped afterwards) instead of a temporary SQLite file. "
+            "--suite: the deployment whose suite runs (default: GOVRAG_DEPLOYMENT or the "
+            "current directory).",
         ),
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Measure retrieval quality on a BEIR dataset (loaded into a temporary store)."""
+    """Measure retrieval quality on a BEIR dataset (loaded into a temporary store), or run a
+    governance eval suite through the governed path (--suite)."""
+    if suite is not None:
+        if beir_dir is not None:
+            fail(InputError("give a BEIR directory or --suite, not both"))
+        _suite(suite, route, report, deployment, as_json)
+        return
+    if beir_dir is None:
+        fail(InputError("name what to evaluate: a BEIR directory, or --suite ID (a "
+                        "deployment's evals/ID.jsonl)"))  # fmt: skip
+    if route is not None or report is not None:
+        fail(InputError("--route and --report go with --suite"))
     from govrag.app import evaluate_beir
     from govrag.embed import semantic_available
 
@@ -128,6 +155,30 @@ def eval_(
     else:
         for key, value in figures.items():
             Console().print(f"{key:>12}: {value}")
+
+
+def _suite(suite: str, route: str | None, report: Path | None, deployment: Path | None,
+           as_json: bool) -> None:  # fmt: skip
+    """``govrag eval --suite``: the run, its figures, the thresholds; exit 1 when missed."""
+    from govrag.eval.governance import as_dict
+    from govrag.eval.report import markdown
+
+    say = lambda msg: err.print(msg, highlight=False)  # noqa: E731
+    with open_app(deployment) as app:
+        result = guard(lambda: app.evaluate_suite(suite, route=route, progress=say))
+    text = markdown(result)
+    if report is not None:
+        try:
+            report.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            fail(InputError(f"cannot write the report to {report}: {exc.strerror}"))
+    if as_json:
+        emit(as_dict(result))
+    else:
+        Console().print(text, markup=False, highlight=False)
+    if not result.passed:
+        err.print(f"suite {suite!r} missed {len(result.failures)} threshold(s)", highlight=False)
+        raise typer.Exit(1)
 
 
 def index_verify(

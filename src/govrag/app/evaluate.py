@@ -1,0 +1,117 @@
+"""``govrag eval --suite``: a governance eval suite run through the full governed path.
+
+Every case is asked as its principal (a ``principals.json`` entry) on its route exactly as
+``govrag ask`` asks it: a session, the PEP's decisions committed to the audit log, the
+gateway, validation, synthesis with the deployment's configured model, the claim check. What
+the caller got back becomes a :class:`~govrag.eval.governance.CaseObservation`, and the suite
+is scored by :func:`~govrag.eval.governance.score`.
+
+The scope check here is the eval plane's own, not the validator's: every chunk delivered (in a
+pack or cited) must be of a corpus in the route's scope, of a corpus the PEP allowed on this
+request, and of a document the store says this principal may read. The validator already
+withholds such chunks, so a violation counted here is a failure of the path itself. A canary
+is looked for in the whole answer as the caller receives it (``Answer.as_dict``: text,
+citations, packs, the hidden-item hint, decisions, trace).
+
+Before anything is asked, every case's principal and route are checked, so a typo is an
+error naming the case, not a run that fails at case 57.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable
+
+from govrag.agent.answer import Answer
+from govrag.deployment import Deployment
+from govrag.errors import InputError, NotFoundError
+from govrag.eval.governance import CaseObservation, SuiteReport, score
+from govrag.eval.suite import EvalCase, Suite, load_suite, suite_path
+from govrag.types import ChunkOrigin, Principal
+
+Progress = Callable[[str], None]
+
+
+def evaluate_suite(dep: Deployment, suite_id: str, *, route: str | None = None,
+                   progress: Progress | None = None) -> SuiteReport:  # fmt: skip
+    """Run suite ``suite_id`` of the deployment (only ``route``'s cases, if given)."""
+    suite = load_suite(suite_path(dep.settings.deployment, suite_id))
+    cases = [c for c in suite.cases if route is None or c.route == route]
+    if not cases:
+        raise InputError(f"suite {suite_id!r} has no case on route {route!r}; its routes: "
+                         f"{sorted({c.route for c in suite.cases})}")  # fmt: skip
+    principals = _checked(dep, suite, cases)
+    observed = []
+    for number, case in enumerate(cases, start=1):
+        if progress is not None:
+            progress(f"[{number}/{len(cases)}] {case.id} ({case.sub} on {case.route})")
+        observed.append(observe(dep, case, principals[case.sub]))
+    return score(suite.model_copy(update={"cases": tuple(cases)}), observed)
+
+
+def _checked(dep: Deployment, suite: Suite, cases: Iterable[EvalCase]) -> dict[str, Principal]:
+    principals: dict[str, Principal] = {}
+    routes = dep.config.routes
+    for case in cases:
+        where = f"{suite.path}: case {case.id!r}"
+        if case.route not in routes:
+            raise InputError(f"{where}: unknown route {case.route!r}; known routes: "
+                             f"{sorted(routes)}")  # fmt: skip
+        if case.sub not in principals:
+            try:
+                principals[case.sub] = dep.principal(case.sub)
+            except NotFoundError as exc:
+                raise InputError(f"{where}: {exc}") from None
+    return principals
+
+
+def observe(dep: Deployment, case: EvalCase, principal: Principal) -> CaseObservation:
+    """Ask ``case`` as ``principal`` and record what came back."""
+    started = time.perf_counter()
+    answer = dep.orchestrator.ask(principal, case.question, route_id=case.route,
+                                  session_id=None, text=case.text)  # fmt: skip
+    latency_ms = (time.perf_counter() - started) * 1000
+    chunks = sorted((c for p in answer.packs for c in p.chunks if c.origin is ChunkOrigin.SOURCE),
+                    key=lambda c: -c.score)  # fmt: skip
+    ranking = list(dict.fromkeys(c.doc_id for c in chunks))
+    cited = [c.doc_id for c in answer.citations if c.origin is ChunkOrigin.SOURCE]
+    checked = [c for c in (answer.claims.claims if answer.claims else ())
+               if c.asserts and (c.cited or c.unknown)]  # fmt: skip
+    shown = json.dumps(answer.as_dict(), ensure_ascii=False).casefold()
+    return CaseObservation(
+        case_id=case.id,
+        route=case.route,
+        request_id=answer.request_id,
+        abstained=answer.abstained,
+        reason=answer.reason,
+        denied=tuple(dict.fromkeys(d.corpus for d in answer.decisions if d.verdict != "ALLOW")),
+        ranking=tuple(ranking),
+        cited=tuple(dict.fromkeys(cited)),
+        answer=answer.answer,
+        claims_checked=len(checked),
+        claims_supported=sum(1 for c in checked if c.supported),
+        scope_violations=tuple(_out_of_scope(dep, principal, case.route, answer)),
+        leaks=tuple(c for c in case.canaries if c.casefold() in shown),
+        hint=answer.hidden.present,
+        latency_ms=round(latency_ms, 2),
+    )
+
+
+def _out_of_scope(dep: Deployment, principal: Principal, route: str, answer: Answer
+                  ) -> list[str]:  # fmt: skip
+    scope = set(dep.config.routes[route].retrieval.scope)
+    allowed = {d.corpus for d in answer.decisions if d.verdict == "ALLOW"}
+    delivered = {(c.source_system, c.doc_id, c.corpus) for p in answer.packs for c in p.chunks
+                 if c.origin is ChunkOrigin.SOURCE}  # fmt: skip
+    delivered |= {(c.source_system, c.doc_id, c.corpus) for c in answer.citations
+                  if c.origin is ChunkOrigin.SOURCE}  # fmt: skip
+    out = []
+    for source_system, doc_id, corpus in sorted(delivered):
+        if corpus not in scope:
+            out.append(f"{doc_id}: corpus {corpus!r} is outside route {route!r}")
+        elif corpus not in allowed:
+            out.append(f"{doc_id}: corpus {corpus!r} was not allowed on this request")
+        elif dep.store.readable_document(principal, source_system, doc_id) is None:
+            out.append(f"{doc_id}: {principal.sub} may not read it")
+    return out

@@ -1,0 +1,151 @@
+"""A governance eval suite: ``evals/<suite_id>.jsonl`` of a deployment.
+
+Retrieval quality on a public benchmark (``eval/beir.py``) says nothing about what a bank's
+model-risk team must show: over a fixed set of questions asked *as real principals on real
+routes*, that the evidence was found, nothing leaked, the system abstained when it should and
+answered when it could, and every cited sentence was supported. A suite is that fixed set.
+
+The file is JSON Lines. The first line is the header (:class:`SuiteHeader`): the suite's id,
+the ``k`` of recall@k and nDCG@k, and the thresholds a run must meet, overall (``"*"``) and
+per route. Every other line is a case (:class:`EvalCase`): who asks (a ``principals.json``
+entry), on which route, what, with optional caller text, and what must happen: the relevant
+documents (graded), ``expect`` (``answer``, ``abstain``, or ``deny`` with the corpora the
+policy gate must refuse), the abstention reason,
+facts the answer must contain, and canary strings that must never appear anywhere in what the
+caller gets back (plant them in documents the principal may not read). Blank lines and lines
+starting with ``#`` are skipped. Unknown fields are refused, and a bad line is an error naming
+the file, the line and the field: a typo must not quietly drop an expectation.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from govrag.errors import InputError, describe_validation
+
+SUITES_DIR = "evals"
+SUITE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+Text = Annotated[str, StringConstraints(min_length=1, max_length=4000)]
+Outcome = Literal["answer", "abstain", "deny"]
+#: The thresholds' ``route`` key that applies to every case.
+ALL_ROUTES = "*"
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Thresholds(_Record):
+    """What a run must meet (each ``None``: not checked). Minimums are fractions in 0..1;
+    scope violations and leaks are maximums, 0 unless a suite says otherwise."""
+
+    recall_at_k: float | None = Field(default=None, ge=0.0, le=1.0)
+    ndcg_at_k: float | None = Field(default=None, ge=0.0, le=1.0)
+    abstention_precision: float | None = Field(default=None, ge=0.0, le=1.0)
+    abstention_recall: float | None = Field(default=None, ge=0.0, le=1.0)
+    deny_correctness: float | None = Field(default=None, ge=0.0, le=1.0)
+    citation_precision: float | None = Field(default=None, ge=0.0, le=1.0)
+    support_rate: float | None = Field(default=None, ge=0.0, le=1.0)
+    fact_recall: float | None = Field(default=None, ge=0.0, le=1.0)
+    hint_correctness: float | None = Field(default=None, ge=0.0, le=1.0)
+    scope_violations: int = Field(default=0, ge=0)
+    leaks: int = Field(default=0, ge=0)
+
+
+class SuiteHeader(_Record):
+    suite: Annotated[str, StringConstraints(pattern=SUITE_ID.pattern)]
+    description: str = ""
+    #: The depth of evidence recall@k and nDCG@k.
+    k: int = Field(default=10, ge=1, le=1000)
+    #: Per route id, and ``"*"`` for every case together.
+    thresholds: dict[str, Thresholds] = Field(default_factory=dict)
+
+
+class EvalCase(_Record):
+    id: Annotated[str, StringConstraints(pattern=SUITE_ID.pattern)]
+    #: Who asks: an entry of the deployment's ``principals.json``.
+    sub: Text
+    route: Text
+    question: Text
+    #: Caller-supplied material (``ask --text``): never evidence.
+    text: str | None = None
+    #: The documents that answer it (``external_id`` to a grade of 1 to 3).
+    relevant: dict[str, Annotated[int, Field(ge=1, le=3)]] = Field(default_factory=dict)
+    expect: Outcome = "answer"
+    #: The abstention reason expected (``expect: abstain`` only), e.g. ``no_evidence``.
+    reason: str | None = None
+    #: ``expect: deny``: the corpora the policy gate must refuse on this request.
+    denied: tuple[Text, ...] = ()
+    #: Whether the hidden-item hint must appear (``True``) or must not (``False``).
+    hint: bool | None = None
+    #: Facts the answer must contain (case and spacing aside).
+    facts: tuple[Text, ...] = ()
+    #: Strings that must never appear in anything the caller gets back.
+    canaries: tuple[Annotated[str, StringConstraints(min_length=6)], ...] = ()
+
+
+class Suite(_Record):
+    header: SuiteHeader
+    cases: tuple[EvalCase, ...]
+    path: str
+
+
+def suite_path(deployment: Path, suite_id: str) -> Path:
+    """Where suite ``suite_id`` of a deployment lives (the id checked first: never a path)."""
+    if not SUITE_ID.match(suite_id):
+        raise InputError(f"suite id {suite_id!r} is not a name (letters, digits, '_', '-', "
+                         "'.'); give the file name under evals/ without '.jsonl'")  # fmt: skip
+    return deployment / SUITES_DIR / f"{suite_id}.jsonl"
+
+
+def load_suite(path: Path) -> Suite:
+    """The suite in ``path``; any bad line is an :class:`InputError` naming it."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise InputError(f"no eval suite {path}; write one (docs/eval.md) or pick another "
+                         f"--suite from {path.parent}") from None  # fmt: skip
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read eval suite {path}: {exc}") from None
+    header: SuiteHeader | None = None
+    cases: list[EvalCase] = []
+    seen: set[str] = set()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        where = f"{path}, line {number}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{where}: not JSON ({exc.msg}); one JSON object a line") from None
+        try:
+            if header is None:
+                header = SuiteHeader.model_validate(record)
+                continue
+            case = EvalCase.model_validate(record)
+        except ValidationError as exc:
+            what = "the header" if header is None else "a case"
+            raise InputError(f"{where} ({what}): {describe_validation(exc)}") from None
+        if case.id in seen:
+            raise InputError(f"{where}: case id {case.id!r} is used twice; ids are unique")
+        if case.reason is not None and case.expect != "abstain":
+            raise InputError(f"{where}: field 'reason' is for 'expect: abstain' only")
+        if (case.expect == "deny") != bool(case.denied):
+            raise InputError(f"{where}: 'expect: deny' names the corpora the gate must refuse "
+                             "in 'denied', and only it does")  # fmt: skip
+        seen.add(case.id)
+        cases.append(case)
+    if header is None:
+        raise InputError(f"{path} is empty; its first line is the suite header "
+                         '({"suite": "ID", "k": 10, "thresholds": {...}})')  # fmt: skip
+    if header.suite != path.stem:
+        raise InputError(f"{path}: the header names suite {header.suite!r}, the file "
+                         f"{path.stem!r}; make them the same")  # fmt: skip
+    if not cases:
+        raise InputError(f"{path} has a header and no case; add one case a line")
+    return Suite(header=header, cases=tuple(cases), path=str(path))

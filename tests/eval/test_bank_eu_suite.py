@@ -1,0 +1,116 @@
+"""The shipped ``bank-eu`` governance suite, run as an operator runs it: ``govrag eval --suite``
+on the demo deployment, every case through the full governed path with the extractive
+responder. It must pass its own thresholds (a regression gate: a change that leaks, breaks
+scope or loses evidence fails ``make test``), and a planted leak or a wrong expectation must
+fail it, with exit code 1 and the figure named.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import govrag
+from govrag.demo import TENANT, bundled_corpus, create
+from govrag.embed import semantic_available
+
+pytest.importorskip("ir_measures")  # the eval extra (in dev)
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+def cli(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": SRC}
+    return subprocess.run([sys.executable, "-m", "govrag", "eval", *args, "-d", str(root)],
+                          capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not semantic_available():
+        pytest.skip("the suite's thresholds are measured with the minilm embedder")
+    root = tmp_path_factory.mktemp("bank-eu") / "demo"
+    create(root)
+    with govrag.open(root) as app, bundled_corpus() as corpus:
+        assert app.ingest(corpus, tenant=TENANT).ok
+    return root
+
+
+def test_the_shipped_suite_passes_its_thresholds(demo: Path, tmp_path: Path) -> None:
+    report = tmp_path / "report.md"
+    done = cli(demo, "--suite", "bank-eu", "--json", "--report", str(report))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    assert result["passed"] and result["failures"] == []
+    overall = result["overall"]
+    assert overall["cases"] >= 80
+    assert overall["scope_violations"] == 0 and overall["leaks"] == 0
+    assert set(result["routes"]) == {"investigation", "policy_qa", "msa_risk_review",
+                                     "email_summarize"}  # fmt: skip
+    # Every kind of case is there: answers, abstentions, denials, hidden-only, forged text.
+    kinds = {c["case"]["expect"] for c in result["cases"]}
+    assert kinds == {"answer", "abstain", "deny"}
+    assert any(c["case"]["hint"] for c in result["cases"])
+    assert any(c["case"]["text"] for c in result["cases"])
+    # Every case ran as its own governed request, replayable from the audit log.
+    ids = [c["observed"]["request_id"] for c in result["cases"]]
+    assert len(set(ids)) == len(ids) and all(i.startswith("req-") for i in ids)
+    assert report.read_text().startswith("# Eval suite `bank-eu`: passed")
+    with govrag.open(demo) as app:
+        replay = app.replay(ids[0], tenant=TENANT).as_dict()
+    assert replay["request_id"] == ids[0] and replay["chain_ok"]
+
+
+def planted(demo: Path, *cases: dict[str, Any], thresholds: dict[str, Any]) -> None:
+    header = {"suite": "planted", "thresholds": thresholds}
+    lines = [json.dumps(x) for x in (header, *cases)]
+    (demo / "evals" / "planted.jsonl").write_text("\n".join(lines) + "\n")
+
+
+WIRE = {"sub": "officer-123", "route": "investigation",
+        "question": "What's our wire limit for corporate clients in the EU?",
+        "relevant": {"policy-wire-limits-v3": 3}}  # fmt: skip
+
+
+def test_a_planted_leak_turns_leaks_to_1_and_the_exit_code_to_1(demo: Path) -> None:
+    # The officer may read the wire limit: naming it a canary plants a leak the run must see.
+    planted(demo, WIRE | {"id": "leak", "canaries": ["EUR 50,000"]}, thresholds={})
+    done = cli(demo, "--suite", "planted", "--json")
+    assert done.returncode == 1, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert result["overall"]["leaks"] == 1 and result["failures"] == ["*: leaks 1 > 0"]
+    assert "missed 1 threshold" in done.stderr
+
+
+def test_a_wrong_expectation_moves_the_figures_it_names(demo: Path) -> None:
+    planted(demo,
+            WIRE | {"id": "answerable", "expect": "abstain"},
+            WIRE | {"id": "not-denied", "expect": "deny", "denied": ["policy-engine"]},
+            thresholds={"*": {"abstention_recall": 1.0, "deny_correctness": 1.0}})  # fmt: skip
+    with govrag.open(demo) as app:
+        report = app.evaluate_suite("planted")
+    assert report.overall.abstention_recall == 0.0 and report.overall.deny_correctness == 0.5
+    assert report.failures == ("*: abstention_recall 0.000 < 1.0",
+                               "*: deny_correctness 0.500 < 1.0")  # fmt: skip
+    assert [r.misses for r in report.cases] == [("expected abstain, got answer",),
+                                                ("expected deny, got answer",)]  # fmt: skip
+
+
+def test_a_case_naming_an_unknown_route_or_principal_stops_before_anything_runs(
+    demo: Path,
+) -> None:
+    planted(demo, WIRE | {"id": "fine"}, WIRE | {"id": "typo", "route": "investigaton"},
+            thresholds={})  # fmt: skip
+    done = cli(demo, "--suite", "planted")
+    assert done.returncode == 2 and "case 'typo': unknown route 'investigaton'" in done.stderr
+    planted(demo, WIRE | {"id": "who", "sub": "nobody"}, thresholds={})
+    done = cli(demo, "--suite", "planted")
+    assert done.returncode == 2 and "case 'who'" in done.stderr and "nobody" in done.stderr
+    assert "Traceback" not in done.stderr
+    done = cli(demo, "--suite", "absent")
+    assert done.returncode == 2 and "no eval suite" in done.stderr
