@@ -114,3 +114,16 @@ def test_a_case_naming_an_unknown_route_or_principal_stops_before_anything_runs(
     assert "Traceback" not in done.stderr
     done = cli(demo, "--suite", "absent")
     assert done.returncode == 2 and "no eval suite" in done.stderr
+
+
+def test_a_route_runs_the_suite_it_binds(demo: Path) -> None:
+    # Every demo route names bank-eu in eval_suite_id: --route alone runs its cases of it.
+    done = cli(demo, "--route", "policy_qa", "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert result["suite"] == "bank-eu" and set(result["routes"]) == {"policy_qa"}
+    assert result["overall"]["cases"] == sum(1 for c in result["cases"])
+    unknown = cli(demo, "--route", "nope")
+    assert unknown.returncode == 2 and "unknown route 'nope'" in unknown.stderr
+    with govrag.open(demo) as app:
+        assert not [p for p in app.config_check().problems if p.field == "eval_suite_id"]

@@ -71,6 +71,7 @@ def deployment(tmp_path: Path) -> Path:
           {"name": "pgar.retrieval.corpus", "version": "v2",
            "profiles": ["read_only_standard"]})  # fmt: skip
     write(tmp_path / "policies" / "pgar" / "retrieval.cedar", POLICY)
+    write(tmp_path / "evals" / "msa_risk_review_golden.jsonl", '{"suite": "msa_risk_review_golden"}')
     return tmp_path
 
 
@@ -185,6 +186,8 @@ def test_each_rejection_names_file_and_field(
          "tool mode with an empty scope: every retrieve will be denied"),
         (route(0, retrieval={"mode": "none", "scope": ["policy-engine"]}),
          "has mode none: its scope is never used"),
+        (route(2, eval_suite_id="absent"),
+         "binds eval suite 'absent', but there is no evals/absent.jsonl"),
     ],
 )  # fmt: skip
 def test_warnings_do_not_stop_loading(

@@ -415,15 +415,16 @@ class Govrag:
 
     def evaluate_suite(
         self,
-        suite: str,
+        suite: str | None = None,
         *,
         route: str | None = None,
         progress: Callable[[str], None] | None = None,
     ) -> SuiteReport:
         """Run the deployment's governance eval suite ``evals/<suite>.jsonl`` (only
-        ``route``'s cases, if given) through the full governed path, each case asked as its
-        principal; the report says per route and overall what was found, leaked, refused and
-        supported, and which of the suite's thresholds were missed (extra ``eval``)."""
+        ``route``'s cases, if given; without ``suite``, the one ``route``'s ``eval_suite_id``
+        binds) through the full governed path, each case asked as its principal. The report
+        says per route and overall what was found, leaked, refused and supported, and which
+        of the suite's thresholds were missed (extra ``eval``)."""
         require_text(suite=suite, route=route)
         from govrag.app.evaluate import evaluate_suite
 

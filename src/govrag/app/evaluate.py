@@ -33,21 +33,45 @@ from govrag.types import ChunkOrigin, Principal
 Progress = Callable[[str], None]
 
 
-def evaluate_suite(dep: Deployment, suite_id: str, *, route: str | None = None,
+def evaluate_suite(dep: Deployment, suite_id: str | None, *, route: str | None = None,
                    progress: Progress | None = None) -> SuiteReport:  # fmt: skip
-    """Run suite ``suite_id`` of the deployment (only ``route``'s cases, if given)."""
+    """Run suite ``suite_id`` of the deployment (only ``route``'s cases, if given); without
+    ``suite_id``, the suite ``route`` binds (its ``eval_suite_id``)."""
+    if suite_id is None:
+        suite_id = _bound(dep, route)
     suite = load_suite(suite_path(dep.settings.deployment, suite_id))
     cases = [c for c in suite.cases if route is None or c.route == route]
     if not cases:
         raise InputError(f"suite {suite_id!r} has no case on route {route!r}; its routes: "
                          f"{sorted({c.route for c in suite.cases})}")  # fmt: skip
     principals = _checked(dep, suite, cases)
+    if route is not None:
+        # One route's cases meet that route's thresholds (and, always, 0 violations and 0
+        # leaks), not the others' or the whole suite's.
+        mine = {k: v for k, v in suite.header.thresholds.items() if k == route}
+        suite = suite.model_copy(update={"header": suite.header.model_copy(
+            update={"thresholds": mine})})  # fmt: skip
     observed = []
     for number, case in enumerate(cases, start=1):
         if progress is not None:
             progress(f"[{number}/{len(cases)}] {case.id} ({case.sub} on {case.route})")
         observed.append(observe(dep, case, principals[case.sub]))
     return score(suite.model_copy(update={"cases": tuple(cases)}), observed)
+
+
+def _bound(dep: Deployment, route: str | None) -> str:
+    """The suite ``route`` binds."""
+    routes = dep.config.routes
+    if route is None:
+        raise InputError("name a suite (--suite ID) or a route whose eval_suite_id binds one "
+                         "(--route ROUTE)")  # fmt: skip
+    if route not in routes:
+        raise InputError(f"unknown route {route!r}; known routes: {sorted(routes)}")
+    bound = routes[route].eval_suite_id
+    if bound is None:
+        raise InputError(f"route {route!r} binds no eval suite; set its eval_suite_id, or name "
+                         "one with --suite ID")  # fmt: skip
+    return bound
 
 
 def _checked(dep: Deployment, suite: Suite, cases: Iterable[EvalCase]) -> dict[str, Principal]:

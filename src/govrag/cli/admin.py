@@ -85,7 +85,10 @@ def eval_(
         ),
     ] = None,
     route: Annotated[
-        str | None, typer.Option(help="--suite: only the cases of this route.")
+        str | None,
+        typer.Option(
+            help="Only the cases of this route; alone, the suite its eval_suite_id binds."
+        ),
     ] = None,
     report: Annotated[
         Path | None, typer.Option(help="--suite: also write the report as Markdown here.")
@@ -112,7 +115,7 @@ def eval_(
 ) -> None:
     """Measure retrieval quality on a BEIR dataset (loaded into a temporary store), or run a
     governance eval suite through the governed path (--suite)."""
-    if suite is not None:
+    if suite is not None or (beir_dir is None and route is not None):
         if beir_dir is not None:
             fail(InputError("give a BEIR directory or --suite, not both"))
         _suite(suite, route, report, deployment, as_json)
@@ -157,8 +160,8 @@ def eval_(
             Console().print(f"{key:>12}: {value}")
 
 
-def _suite(suite: str, route: str | None, report: Path | None, deployment: Path | None,
-           as_json: bool) -> None:  # fmt: skip
+def _suite(suite: str | None, route: str | None, report: Path | None,
+           deployment: Path | None, as_json: bool) -> None:  # fmt: skip
     """``govrag eval --suite``: the run, its figures, the thresholds; exit 1 when missed."""
     from govrag.eval.governance import as_dict
     from govrag.eval.report import markdown
@@ -177,7 +180,8 @@ def _suite(suite: str, route: str | None, report: Path | None, deployment: Path 
     else:
         Console().print(text, markup=False, highlight=False)
     if not result.passed:
-        err.print(f"suite {suite!r} missed {len(result.failures)} threshold(s)", highlight=False)
+        err.print(f"suite {result.suite!r} missed {len(result.failures)} threshold(s)",
+                  highlight=False)  # fmt: skip
         raise typer.Exit(1)
 
 

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from govrag.errors import ConfigError
+from govrag.eval.suite import SUITES_DIR
 from govrag.policy.bundle import PolicyBundle, bundle_for, load_bundles
 from govrag.problems import Collector, Problem
 from govrag.routes.models import NO_MANIFEST, Manifest, Route, Workflow
@@ -174,6 +175,12 @@ def _cross_check(
                     f"corpus {tool.corpus!r}, which is not in the scope of route "
                     f"{route.route_id!r}; add the corpus to the scope or unbind the tool",
                 )
+        suite = route.eval_suite_id
+        if suite is not None and not (c.root / SUITES_DIR / f"{suite}.jsonl").is_file():
+            c.add(path, "eval_suite_id",
+                  f"route {route.route_id!r} binds eval suite {suite!r}, but there is no "
+                  f"{SUITES_DIR}/{suite}.jsonl; write it (docs/eval.md) or drop eval_suite_id",
+                  warning=True)  # fmt: skip
         if route.workflow_id is None:
             continue
         found_wf = workflows.get(route.workflow_id)
