@@ -126,6 +126,9 @@ class Frozen(BaseModel):
 Ident = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")]
 #: What a tool does; the PDP groups the actions of each kind (see :data:`ACTION_GROUP_PREFIX`).
 ToolKind = Literal["retrieve", "list", "metadata", "other"]
+#: How much a tool's call can do (a manifest's ``risk_tier``); the PDP sees it in the request
+#: context, so a policy can ask more of a caller for a high-risk tool.
+RiskTier = Literal["low", "medium", "high"]
 #: Cedar action ids ``kind:<kind>`` group the actions of each tool kind (the PDP's entities).
 ACTION_GROUP_PREFIX = "kind:"
 RetrievalMode = Literal["none", "deterministic_prefetch", "tool"]

@@ -71,7 +71,9 @@ def deployment(tmp_path: Path) -> Path:
           {"name": "pgar.retrieval.corpus", "version": "v2",
            "profiles": ["read_only_standard"]})  # fmt: skip
     write(tmp_path / "policies" / "pgar" / "retrieval.cedar", POLICY)
-    write(tmp_path / "evals" / "msa_risk_review_golden.jsonl", '{"suite": "msa_risk_review_golden"}')
+    write(
+        tmp_path / "evals" / "msa_risk_review_golden.jsonl", '{"suite": "msa_risk_review_golden"}'
+    )
     return tmp_path
 
 

@@ -67,7 +67,8 @@ def list_corpora(
     entries: list[CorpusEntry] = []
     decisions: list[CorpusDecision] = []
     for corpus in session.retrieval.scope:
-        proposal = Proposal(tool=tool.name, action=tool.pdp_action, corpus=corpus, kind="list")
+        proposal = Proposal(tool=tool.name, action=tool.pdp_action, corpus=corpus, kind="list",
+                            risk_tier=tool.risk_tier)  # fmt: skip
         decision, about = governed.run_tool(
             principal, session, proposal, partial(describe, corpus), request_id
         )

@@ -117,7 +117,8 @@ class Steps:
                                      corpus=corpus))  # fmt: skip
             if checked.tool.kind == "retrieve" and corpus is not None:
                 retrieves.append((i, Proposal(tool=checked.tool.name, action=checked.action,
-                                              corpus=corpus, query=checked.query)))  # fmt: skip
+                                              corpus=corpus, query=checked.query,
+                                              risk_tier=checked.tool.risk_tier)))  # fmt: skip
             else:
                 results[i] = self.run_tool(run, checked.tool, checked.arguments)
         if excess:  # never run; one audit event, however many there were
@@ -155,7 +156,7 @@ class Steps:
             except InputError as exc:
                 return prompts.refusal(error=str(exc))
             proposal = Proposal(tool=tool.name, action=tool.pdp_action, corpus=chunk.corpus,
-                                kind="metadata")  # fmt: skip
+                                kind="metadata", risk_tier=tool.risk_tier)  # fmt: skip
             return self._gated(run, proposal, lambda: self._describe(run, chunk))
         executor = self.executors.get(tool.name)
 
@@ -164,7 +165,8 @@ class Steps:
                 return prompts.refusal(error=f"tool {tool.name!r} has no executor in this runtime")
             return executor(arguments)
 
-        other = Proposal(tool=tool.name, action=tool.pdp_action, corpus=None, kind="other")
+        other = Proposal(tool=tool.name, action=tool.pdp_action, corpus=None, kind="other",
+                         risk_tier=tool.risk_tier)  # fmt: skip
         return self._gated(run, other, execute)
 
     def _gated(self, run: Run, proposal: Proposal, downstream: Callable[[], str]) -> str:

@@ -254,7 +254,8 @@ class CallerTools:
         request = tool_request(checked.tool.name, query=checked.query, strategy=strategy,
                                top_k=top_k, corpora=(checked.corpus,))  # fmt: skip
         proposal = Proposal(tool=checked.tool.name, action=checked.action,
-                            corpus=checked.corpus, query=checked.query)  # fmt: skip
+                            corpus=checked.corpus, query=checked.query,
+                            risk_tier=checked.tool.risk_tier)  # fmt: skip
         return self._governed.run(principal, session, request, [proposal], request_id, where)
 
     def _listing(
@@ -281,7 +282,7 @@ class CallerTools:
         if info is None:
             raise absent
         proposal = Proposal(tool=tool.name, action=tool.pdp_action, corpus=info.corpus,
-                            kind="metadata")  # fmt: skip
+                            kind="metadata", risk_tier=tool.risk_tier)  # fmt: skip
         decision, confirmed = self._governed.run_tool(
             principal,
             session,

@@ -57,7 +57,7 @@ def run_workflow(
                 query_of = partial(_formulate, steps, run, stage, corpus)
                 (outcome,) = run.retrieve(
                     [Proposal(tool=tool.name, action=tool.pdp_action, corpus=corpus,
-                              query=run.question)],
+                              query=run.question, risk_tier=tool.risk_tier)],
                     query_of=query_of if ask_model else None,
                 )  # fmt: skip
                 note.update(

@@ -173,9 +173,12 @@ def _of(
 
 
 def _decision(row: AuditEvent, m: PepDecisionEvent) -> dict[str, Any]:
-    return {"audit_id": row.event_id, "resource": m.resource, "verdict": m.verdict,
-            "reason": m.reason, "policy_version": m.policy_version, "action": m.action,
-            "kind": m.proposal_kind, "tool": m.tool, "query": m.query}  # fmt: skip
+    shown = {"audit_id": row.event_id, "resource": m.resource, "verdict": m.verdict,
+             "reason": m.reason, "policy_version": m.policy_version, "action": m.action,
+             "kind": m.proposal_kind, "tool": m.tool, "query": m.query}  # fmt: skip
+    if m.risk_tier is not None:  # kept since the eval plane's increment; older records lack it
+        shown["risk_tier"] = m.risk_tier
+    return shown
 
 
 def _pack(

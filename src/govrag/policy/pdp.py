@@ -72,6 +72,7 @@ def cedar_request(request: SaracRequest) -> dict[str, Any]:
             "query": request.context.query,
             "classification_ceiling": int(request.context.classification_ceiling),
             "route_id": request.context.route_id,
+            "risk_tier": request.context.risk_tier,
         },
     }
 

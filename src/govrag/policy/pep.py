@@ -54,6 +54,7 @@ from govrag.types import (
     Classification,
     Principal,
     Retrieval,
+    RiskTier,
     SearchRequest,
     ToolKind,
 )
@@ -76,6 +77,8 @@ class Proposal:
     corpus: str | None
     query: str = ""
     kind: ToolKind = "retrieve"
+    #: The tool's manifest ``risk_tier`` (govrag's own prefetch and search: ``low``).
+    risk_tier: RiskTier = "low"
 
     @property
     def resource(self) -> str:
@@ -286,6 +289,7 @@ class PolicyEnforcementPoint:
                 action=proposal.action,
                 proposal_kind=proposal.kind,
                 tool=proposal.tool,
+                risk_tier=proposal.risk_tier,
                 query=recorded(proposal.query),
                 sub=principal.sub,
                 route_id=route_id,
@@ -352,6 +356,7 @@ class PolicyEnforcementPoint:
                         "query": proposal.query,
                         "classification_ceiling": principal.clearance,
                         "route_id": route_id,
+                        "risk_tier": proposal.risk_tier,
                     },
                 }
             )

@@ -3,7 +3,8 @@
 subject (who: sub, roles, doc entitlements, tenant, clearance), action (the proposed tool's
 ``pdp_action``: ``retrieve_documents``, ``policy_search``, ``list_corpora``, ...; with the
 tool's kind, which is the action's group in Cedar), resource (one corpus, or for a tool that
-touches no corpus the tool itself), context (query, classification ceiling, route). The model
+touches no corpus the tool itself), context (query, classification ceiling, route, the tool's
+risk tier). The model
 never carries a token or policy text.
 """
 
@@ -14,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from govrag.types import Classification, Ident, ToolKind
+from govrag.types import Classification, Ident, RiskTier, ToolKind
 
 Verdict = Literal["ALLOW", "DENY"]
 #: Why a request was decided so; DENY reasons never say whether matching documents exist.
@@ -61,6 +62,8 @@ class RequestContext(_Model):
     query: str = Field(default="", max_length=10_000)
     classification_ceiling: Classification = Classification.PUBLIC
     route_id: str = ""
+    #: The proposed tool's ``risk_tier`` (its manifest's): ``low``, ``medium`` or ``high``.
+    risk_tier: RiskTier = "low"
 
 
 class SaracRequest(_Model):

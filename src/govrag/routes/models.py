@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from govrag.types import ACTION_GROUP_PREFIX, Ident, Retrieval, ToolKind
+from govrag.types import ACTION_GROUP_PREFIX, Ident, Retrieval, RiskTier, ToolKind
 
 # ``Retrieval`` (a route's permit) and ``Ident`` are shared value types the PEP names too; they
 # are re-exported here because a route row is where an operator writes them.
@@ -64,7 +64,7 @@ class Tool(_Model):
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
     #: The action the PDP decides on (e.g. ``retrieve_documents``, ``policy_search``).
     pdp_action: Ident
-    risk_tier: Literal["low", "medium", "high"] = "low"
+    risk_tier: RiskTier = "low"
     kind: ToolKind = "other"
     #: A corpus the tool is bound to; its calls target it whatever the arguments say.
     corpus: Ident | None = None

@@ -12,7 +12,14 @@ from typing import Literal
 from pydantic import AliasChoices, Field
 
 from govrag.audit.events.base import EVENT_KIND, AuditEventBase, Record, Recorded
-from govrag.types import ContextPack, HiddenSource, RightsCheckSummary, UncheckedChunk, Withheld
+from govrag.types import (
+    ContextPack,
+    HiddenSource,
+    RightsCheckSummary,
+    RiskTier,
+    UncheckedChunk,
+    Withheld,
+)
 
 
 class PepDecisionEvent(AuditEventBase):
@@ -32,6 +39,8 @@ class PepDecisionEvent(AuditEventBase):
         validation_alias=AliasChoices("kind", "proposal_kind"), serialization_alias="kind"
     )
     tool: str
+    #: The tool's risk tier as the PDP saw it (``None``: a record made before it was kept).
+    risk_tier: RiskTier | None = None
     query: Recorded
     sub: str
     route_id: str

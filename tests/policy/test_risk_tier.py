@@ -1,0 +1,120 @@
+"""A tool's ``risk_tier`` reaches the PDP: a deployment's own Cedar policy can ask more of a
+caller for a high-risk tool, and the decision's audit record (and its replay) names the tier.
+
+The deployment's manifest offers two retrieve tools over the same corpus, ``retrieve_documents``
+(``risk_tier`` low) and ``bulk_export`` (high). Its bundle permits both with the corpus's read
+entitlement, and forbids a high-risk tool below confidential clearance. ana (internal) may
+search with the first and is refused the second; cleo (confidential) may use both.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import govrag
+from govrag.app import local_principal
+from govrag.policy.bundle import PolicyBundle
+from govrag.policy.pdp import CedarPDP
+from govrag.policy.sarac import SaracRequest
+from govrag.types import Classification
+
+POLICY = """
+permit (principal, action in [Action::"kind:retrieve", Action::"kind:list",
+                              Action::"kind:metadata"], resource is Corpus)
+when { principal.doc_entitlements.contains(resource.read_entitlement) };
+
+// A high-risk tool needs at least confidential clearance (2), whatever else permits it.
+@reason("classification")
+forbid (principal, action, resource)
+when { context.risk_tier == "high" }
+unless { principal.clearance >= 2 };
+"""
+SEARCH = {"type": "object", "properties": {"corpus": {"type": "string"},
+                                           "query": {"type": "string"}},
+          "required": ["corpus", "query"], "additionalProperties": False}  # fmt: skip
+
+
+def request(risk_tier: str, clearance: Classification) -> SaracRequest:
+    return SaracRequest.model_validate({
+        "subject": {"sub": "ana", "tenant": "bank", "doc_entitlements": ["policy:read"],
+                    "clearance": clearance},
+        "action": "bulk_export", "kind": "retrieve",
+        "resource": {"type": "corpus", "id": "policy", "tenant": "bank",
+                     "classification": Classification.INTERNAL},
+        "context": {"query": "wire", "classification_ceiling": clearance, "route_id": "search",
+                    "risk_tier": risk_tier},
+    })  # fmt: skip
+
+
+def test_the_pdp_decides_on_the_risk_tier() -> None:
+    pdp = CedarPDP(PolicyBundle(name="risk", version="v1", path=Path("risk"), policies=POLICY))
+    assert pdp.decide(request("low", Classification.INTERNAL)).verdict == "ALLOW"
+    high = pdp.decide(request("high", Classification.INTERNAL))
+    assert (high.verdict, high.reason) == ("DENY", "classification")
+    assert pdp.decide(request("high", Classification.CONFIDENTIAL)).verdict == "ALLOW"
+
+
+@pytest.fixture
+def deployment(tmp_path: Path) -> Path:
+    root = tmp_path / "bank"
+    govrag.init(root, tenant="bank", corpora=["policy"])
+    manifest = json.loads((root / "manifests" / "retrieval.json").read_text())
+    manifest["tools"].append({"name": "bulk_export", "description": "Every passage at once.",
+                              "parameters": SEARCH, "pdp_action": "bulk_export",
+                              "kind": "retrieve", "risk_tier": "high"})  # fmt: skip
+    (root / "manifests" / "retrieval.json").write_text(json.dumps(manifest))
+    bundle = root / "policies" / "risk"
+    bundle.mkdir(parents=True)
+    (bundle / "bundle.json").write_text(json.dumps({"name": "risk", "version": "v1"}))
+    (bundle / "policy.cedar").write_text(POLICY)
+    route = json.loads((root / "routes" / "search.json").read_text())
+    (root / "routes" / "search.json").write_text(json.dumps(route | {"policy_profile": "risk"}))
+    people = json.loads((root / "principals.json").read_text())
+    ana = people["principals"][0]
+    people["principals"].append(ana | {"sub": "cleo", "email": "cleo@bank.example",
+                                       "clearance": "confidential"})  # fmt: skip
+    (root / "principals.json").write_text(json.dumps(people))
+    feed = root / "feed.jsonl"
+    rows = [
+        {
+            "type": "identity",
+            "email": f"{sub}@bank.example",
+            "source_system": "sp",
+            "account_id": f"S-{sub}",
+        }
+        for sub in ("ana", "cleo")
+    ]
+    rows.append({"type": "document", "source_system": "sp", "external_id": "wire",
+                 "corpus": "policy", "title": "Wire", "classification": "internal",
+                 "acl": ["S-ana", "S-cleo"],
+                 "text": "The EU corporate wire limit is EUR 50,000 per day."})  # fmt: skip
+    feed.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with govrag.open(root) as app:
+        assert app.ingest(feed).ok
+    return root
+
+
+def test_a_high_risk_tool_is_refused_below_the_clearance_and_the_record_says_why(
+    deployment: Path,
+) -> None:
+    arguments = {"corpus": "policy", "query": "wire limit"}
+    with govrag.open(deployment) as app:
+        ana, cleo = (local_principal(app.settings, s) for s in ("ana", "cleo"))
+        low = app.retrieve(ana, "retrieve_documents", arguments)
+        high = app.retrieve(ana, "bulk_export", arguments)
+        cleared = app.retrieve(cleo, "bulk_export", arguments)
+        replayed = app.replay(high.request_id).as_dict()
+    assert [h.doc_id for h in low.results] == ["wire"]
+    assert high.results == () and [(d.verdict, d.reason) for d in high.decisions] == [
+        ("DENY", "classification")
+    ]
+    assert [h.doc_id for h in cleared.results] == ["wire"]
+    (decision,) = replayed["decisions"]
+    assert (decision["tool"], decision["risk_tier"], decision["verdict"]) == (
+        "bulk_export",
+        "high",
+        "DENY",
+    )
