@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from hashlib import sha256
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from govrag.agent.openai_chat import OpenAIChatClient
 from govrag.audit import replay
 from govrag.deployment import Deployment
 from govrag.scaffold import RETRIEVAL_MANIFEST
+from govrag.store.clock import iso
 from govrag.types import Strategy
 
 from conftest import Spy, completion, doc, ident, load, scripted
@@ -161,6 +163,7 @@ def check_replay(dep: Deployment, answer: Answer) -> None:
     assert r.delivered["cited_doc_ids"] == sorted({c.doc_id for c in answer.citations})
     assert (r.delivered["abstained"], r.delivered["reason"]) == (answer.abstained, answer.reason)
     assert r.delivered["answer_hash"] == sha256(answer.answer.encode()).hexdigest()
+    assert r.delivered["response_id"] == answer.response_id == answer.trace["response_id"]
     assert len(r.llm_calls) == answer.trace["steps"]
 
 
@@ -192,6 +195,8 @@ def test_pattern_1_the_seed_worked_example(dep: Deployment) -> None:
                                            "query": QUESTION}  # fmt: skip
     assert (traced["pep_verdict"], traced["validation_passed"]) == ("ALLOW", True)
     assert traced["context_pack_id"] == answer.packs[0].context_pack_id
+    assert traced["scope_violations"] == answer.trace["scope_violations"] == 0
+    assert answer.response_id.startswith("resp-") and "token_exp" not in answer.trace
     # Nothing about the caller reaches the model.
     sent = json.dumps(spy.calls)
     for secret in ("officer-123", "officer@bank.example", "policy-engine:read", "internal",
@@ -452,3 +457,37 @@ def test_write_back_memory_joins_a_keyword_prefetch_labelled_and_audited(
                 route_id="policy_qa")  # fmt: skip
     assert all(c.source_system != "writeback" for c in other.citations)
     check_replay(dep, later)
+
+
+def test_every_delivered_answer_has_its_own_response_id_and_a_token_its_exp(
+    dep: Deployment,
+) -> None:
+    officer = dep.principal("officer-123")
+    until = datetime.now(UTC) + timedelta(minutes=30)
+    first = dep.orchestrator.ask(officer.model_copy(update={"expires_at": until}), QUESTION)
+    refused = ask(dep, "officer-123", "What do the hr policies say about sick pay?")
+    assert first.response_id != refused.response_id and refused.abstained
+    assert first.trace["token_exp"] == iso(until)  # the seed's trace names the token's end
+    for answer in (first, refused):
+        check_replay(dep, answer)
+
+
+def test_a_retrieve_that_broke_scope_says_so_in_its_own_trace_entry(
+    dep: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A gateway fault slips another corpus's chunk into the pack: the request abstains, and
+    # the trace names the retrieve whose pack held it, not only the request's total.
+    real = dep.gateway.retrieve
+
+    def leaky(*args: Any, **kw: Any) -> Any:
+        pack = real(*args, **kw)
+        foreign = pack.chunks[0].model_copy(update={"corpus": "hr-policies",
+                                                    "chunk_id": "sp:leave#0"})  # fmt: skip
+        return pack.model_copy(update={"chunks": (*pack.chunks, foreign)})
+
+    monkeypatch.setattr(dep.gateway, "retrieve", leaky)
+    answer = ask(dep, "officer-123", QUESTION)
+    assert answer.abstained and answer.trace["scope_violations"] == 1
+    assert [(r["corpus"], r["scope_violations"]) for r in answer.trace["retrievals"]] == [
+        ("policy-engine", 1)
+    ]

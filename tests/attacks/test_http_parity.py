@@ -48,6 +48,7 @@ PROBLEMS = "https://govrag.dev/problems/"
 #: Random per request (or per session, per token) and nothing else: what may differ.
 RANDOM = {
     "request_id",
+    "response_id",
     "session_id",
     "context_pack_id",
     "audit_id",

@@ -28,6 +28,8 @@ class Citation:
 @dataclass(frozen=True)
 class Answer:
     request_id: str
+    #: This delivered answer's id (``resp-...``), on the ``response`` audit record too.
+    response_id: str
     session_id: str
     route_id: str
     #: ``none``, ``0`` (prefetch), ``1`` (LLM proposes), ``2`` (workflow), ``3`` (stage
@@ -86,6 +88,7 @@ class Answer:
         """The JSON shape of ``govrag ask --json``."""
         return {
             "request_id": self.request_id,
+            "response_id": self.response_id,
             "session_id": self.session_id,
             "route_id": self.route_id,
             "pattern": self.pattern,

@@ -258,8 +258,10 @@ class Orchestrator:
         citations = [] if abstained else cited(reply, handed)[0]
         unknown = [u for c in claims.claims for u in c.unknown] if claims else []
         hidden = merged_hidden(run.packs, self.governed.pep.markers.max_contacts)
+        response_id = f"resp-{secrets.token_hex(8)}"
         run.trace.update(
             {
+                "response_id": response_id,
                 "retrievals": run.retrievals,
                 "unknown_citations": unknown,
                 "steps": run.steps,
@@ -284,6 +286,7 @@ class Orchestrator:
                 llm_fault=run.trace.get("llm_fault"),
                 removed_claims=_removed(claims),
                 reply_hash=hashlib.sha256(model_reply.encode()).hexdigest(),
+                response_id=response_id,
             )
         )
         # Only documents are counted: a session-memory entry is no entity of the store.
@@ -297,6 +300,7 @@ class Orchestrator:
         validation = run.validations[-1] if run.validations else None
         return Answer(
             request_id=run.request_id,
+            response_id=response_id,
             session_id=run.session.session_id,
             route_id=run.session.route_id,
             pattern=pattern,

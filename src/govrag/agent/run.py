@@ -246,6 +246,10 @@ class Run:
                 "pep_verdict": decision.verdict,
                 "context_pack_id": shown.context_pack_id if shown else None,
                 "validation_passed": report.validation_passed if shown and report else None,
+                # This retrieve's share of the request's scope violations.
+                "scope_violations": sum(1 for v in report.scope_violations
+                                        if v.context_pack_id == shown.context_pack_id)
+                if shown and report else 0,
             })  # fmt: skip
             if shown is None:
                 out.append(Retrieved(proposal.resource, decision, None, decision.reason))

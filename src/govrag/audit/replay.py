@@ -222,7 +222,8 @@ def _llm_calls(
 
 
 def _delivered(r: ResponseEvent, memory: dict[str, PackSource]) -> dict[str, Any]:
-    return {
+    # The response id is shown only where it was kept (older records lack it).
+    return ({"response_id": r.response_id} if r.response_id is not None else {}) | {
         "answer_hash": r.answer_hash, "cited_doc_ids": list(r.cited_doc_ids),
         "cited_chunk_ids": list(r.cited_chunk_ids), "abstained": r.abstained,
         "reason": r.reason, "grounded": r.grounded, "pattern": r.pattern,

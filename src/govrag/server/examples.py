@@ -55,8 +55,9 @@ SEARCHED: dict[str, Any] = _IDS | {
     "decisions": [_DECISION], "validation": _VALIDATION,
 }  # fmt: skip
 ANSWERED: dict[str, Any] = _IDS | {
-    "pattern": "1", "answer": "The EU corporate wire limit is EUR 50,000 per day. "
-    "[sp:wire-limits#0]", "abstained": False, "reason": None, "llm_fault": None,
+    "response_id": "resp-0c2b7d9e41f3a865", "pattern": "1",
+    "answer": "The EU corporate wire limit is EUR 50,000 per day. [sp:wire-limits#0]",
+    "abstained": False, "reason": None, "llm_fault": None,
     "grounded": True, "flagged": False,
     "citations": [{k: _CHUNK[k] for k in ("doc_id", "chunk_id", "corpus", "source_system",
                                           "origin", "writeback")}],

@@ -96,6 +96,7 @@ class Answered(Out):
     model_config = examples.config(examples.ANSWERED)
 
     request_id: str
+    response_id: str
     session_id: str
     route_id: str
     pattern: str = Field(examples=["tool_loop"])

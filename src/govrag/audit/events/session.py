@@ -87,6 +87,8 @@ class ResponseEvent(AuditEventBase):
     removed_claims: tuple[RemovedClaim, ...] = ()
     #: Hash of the model's own reply (differs from ``answer_hash`` when it was replaced).
     reply_hash: str | None = None
+    #: The delivered answer's id (``resp-...``; ``None``: a record made before it was kept).
+    response_id: str | None = None
 
 
 class ErrorEvent(AuditEventBase):
