@@ -53,6 +53,15 @@ def _toml(embedder: str) -> str:
         "[embedder]",
         f'name = "{embedder}"',
     ]
+    lines += [
+        "",
+        "# The routes' model_profile: each is [llm] with these keys in place.",
+        "[llm.profiles.fast-standard]       # email summaries and policy Q&A: short answers",
+        "max_tokens = 512",
+        "",
+        "[llm.profiles.reasoning-standard]  # investigation and the MSA review",
+        "max_tokens = 1024",
+    ]
     for corpus, about in DESCRIPTIONS.items():
         lines += ["", f"[corpora.{corpus}]", f"description = {json.dumps(about)}"]
     return "\n".join(lines) + "\n"

@@ -9,7 +9,8 @@ methods of the application API (``govrag/app/api.py``), the one object every edg
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from govrag.agent import GovernedSearch
 from govrag.agent.extractive import ExtractiveResponder
 from govrag.agent.limits import RequestLimits
-from govrag.agent.llm import LlmClient
+from govrag.agent.llm import LlmClient, Profiled
 from govrag.agent.orchestrator import Orchestrator
 from govrag.agent.tool_calls import CallerTools
 from govrag.audit.auto import Checkpointer
@@ -45,6 +46,7 @@ from govrag.routes.config import DeploymentConfig, check_config, describe_proble
 from govrag.routes.session import Sessions
 from govrag.settings import (
     CONFIG_FILE,
+    LlmSettings,
     RightsCheckerSettings,
     Settings,
     load_settings,
@@ -99,6 +101,7 @@ class Deployment:
     """Settings plus lazily opened resources of one deployment directory."""
 
     settings: Settings
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @classmethod
     def load(cls, directory: str | Path | None = None, **overrides: Any) -> Deployment:
@@ -308,12 +311,23 @@ class Deployment:
     @cached_property
     def llm(self) -> LlmClient:
         """The model behind ``govrag ask``: the offline extractive responder by default."""
-        cfg = self.settings.llm
-        if cfg.provider == "extractive":
-            return ExtractiveResponder()
-        from govrag.agent.openai_chat import OpenAIChatClient  # extra 'http'
+        return _model(self.settings.llm)
 
-        return OpenAIChatClient.from_settings(cfg)
+    @cached_property
+    def _profiles(self) -> dict[str, Profiled]:
+        return {}
+
+    def model(self, profile: str | None) -> Profiled:
+        """The model a route's ``model_profile`` picks (``[llm.profiles.<name>]``); ``[llm]``
+        for a route naming none or one not defined (``govrag config check`` warns)."""
+        cfg = self.settings.llm.profile(profile) if profile is not None else None
+        if cfg is None or profile is None:
+            return Profiled(self.llm, None, self.settings.llm.max_tokens)
+        with self._lock:  # requests of a served deployment run on several threads
+            chosen = self._profiles.get(profile)
+            if chosen is None:
+                chosen = self._profiles[profile] = Profiled(_model(cfg), profile, cfg.max_tokens)
+            return chosen
 
     @cached_property
     def orchestrator(self) -> Orchestrator:
@@ -329,6 +343,7 @@ class Deployment:
             limits=RequestLimits.from_settings(self.settings.llm),
             claim_min_overlap=self.settings.validation.claim_min_overlap,
             unsupported_claims=self.settings.validation.unsupported_claims,
+            models=self.model,
         )
 
     @property
@@ -365,6 +380,15 @@ class Deployment:
             self.store.close()
 
 
+def _model(cfg: LlmSettings) -> LlmClient:
+    """The client of one model's settings (``[llm]`` or a profile merged into it)."""
+    if cfg.provider == "extractive":
+        return ExtractiveResponder()
+    from govrag.agent.openai_chat import OpenAIChatClient  # extra 'http'
+
+    return OpenAIChatClient.from_settings(cfg)
+
+
 def settings_problems(settings: Settings, config: DeploymentConfig) -> list[Problem]:
     """What ``govrag.toml`` names that the deployment's routes and policies do not have."""
     out = []
@@ -378,8 +402,16 @@ def settings_problems(settings: Settings, config: DeploymentConfig) -> list[Prob
                 "name one of them",
             )
         )
-    for field, problem in location_problems(settings):
-        out.append(Problem(CONFIG_FILE, field, problem))
+    for name, problem in location_problems(settings):
+        out.append(Problem(CONFIG_FILE, name, problem))
+    for route in config.routes.values():
+        profile = route.model_profile
+        if profile is not None and profile not in settings.llm.profiles:
+            out.append(Problem(f"routes ({route.route_id})", "model_profile",
+                               f"route {route.route_id!r} names model_profile {profile!r}, "
+                               f"which [llm.profiles] does not define: [llm] serves it; add "
+                               f"[llm.profiles.{profile}] to {CONFIG_FILE}",
+                               warning=True))  # fmt: skip
     if config.bundle_for(settings.policy.bundle) is None:
         known = ", ".join(repr(b) for b in sorted(config.bundles))
         out.append(

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -156,3 +156,17 @@ class LlmClient(Protocol):
         strings. Adapters raise :class:`~govrag.errors.LlmError` (with its ``fault``) on
         transport or protocol faults; the orchestrator then ends the request cleanly."""
         ...
+
+
+@dataclass(frozen=True)
+class Profiled:
+    """The model a route's ``model_profile`` picks (``[llm.profiles.<name>]``), with its
+    output limit; ``profile`` is ``None`` when the deployment's ``[llm]`` itself serves."""
+
+    llm: LlmClient
+    profile: str | None
+    max_tokens: int
+
+
+#: A route's ``model_profile`` (or ``None``) to the model that serves it.
+ModelChooser = Callable[[str | None], Profiled]

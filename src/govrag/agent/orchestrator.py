@@ -49,7 +49,7 @@ from govrag.agent import prompts
 from govrag.agent.answer import Answer, cited
 from govrag.agent.limits import RequestLimits
 from govrag.agent.listings import Catalog
-from govrag.agent.llm import LlmClient, Message
+from govrag.agent.llm import LlmClient, Message, ModelChooser, Profiled
 from govrag.agent.retrieve import GovernedSearch, merged_hidden
 from govrag.agent.run import PREFETCH, Run, ToolExecutor, denied_or
 from govrag.agent.steps import Steps
@@ -82,9 +82,12 @@ class Orchestrator:
         limits: RequestLimits | None = None,
         claim_min_overlap: float = 0.5,
         unsupported_claims: Literal["remove", "abstain"] = "remove",
+        models: ModelChooser | None = None,
     ) -> None:
         self.governed = governed
         self.llm = llm
+        #: The model of a route's ``model_profile`` (``None``: ``llm`` serves every route).
+        self.models = models
         self.audit = audit
         self.is_empty = is_empty
         self.record_access = record_access
@@ -142,9 +145,11 @@ class Orchestrator:
         where: dict[str, str],
     ) -> Answer:
         route = self.governed.route_of(session)
+        chosen = (self.models(route.model_profile) if self.models is not None
+                  else Profiled(self.llm, None, self.limits.max_tokens))  # fmt: skip
         run = Run(
             self.governed,
-            self.llm,
+            chosen.llm,
             self.audit,
             principal,
             question,
@@ -154,7 +159,8 @@ class Orchestrator:
             strategy=self.strategy,
             top_k=self.top_k,
             max_steps=self.limits.max_steps,
-            max_tokens=self.limits.max_tokens,
+            max_tokens=chosen.max_tokens,
+            model_profile=chosen.profile,
         )
         mode = session.retrieval.mode
         workflow = self.config.workflows.get(route.workflow_id) if route.workflow_id else None
@@ -169,7 +175,9 @@ class Orchestrator:
             pattern = "3" if any(s.allowlist is not None for s in workflow.stages) else "2"
         else:
             pattern = "0" if mode == "deterministic_prefetch" else "1"
-        run.trace.update({"pattern": pattern, "mode": mode, "llm": self.llm.name})
+        run.trace.update({"pattern": pattern, "mode": mode, "llm": chosen.llm.name})
+        if chosen.profile is not None:
+            run.trace["model_profile"] = chosen.profile
         if session.expires_at is not None:
             # Seed 003's trace names who asked and until when their token was valid.
             run.trace["token_exp"] = session.expires_at

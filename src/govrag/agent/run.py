@@ -106,6 +106,8 @@ class Run:
     trace: dict[str, Any] = field(default_factory=dict)
     #: The latest reply that may be delivered (see :meth:`drafted`).
     draft: Draft | None = None
+    #: The ``[llm.profiles.<name>]`` serving this request (``None``: ``[llm]``).
+    model_profile: str | None = None
 
     def record(self, event: AuditEventModel) -> None:
         write(self.audit, self.principal.tenant, event, request_id=self.request_id,
@@ -135,6 +137,7 @@ class Run:
             LlmCallEvent(
                 payload_hash=payload_hash(messages, tools),
                 model=self.llm.name,
+                model_profile=self.model_profile,
                 stage=stage,
                 step=step,
                 tools=[t["name"] for t in tools],

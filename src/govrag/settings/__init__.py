@@ -21,6 +21,7 @@ from govrag.settings.model import (
 from govrag.settings.request import (
     AuditSettings,
     GatewaySettings,
+    LlmProfile,
     LlmSettings,
     PolicySettings,
     RightsCheckerSettings,
@@ -58,6 +59,7 @@ __all__ = [
     "EmbedderSettings",
     "GatewaySettings",
     "IngestSettings",
+    "LlmProfile",
     "LlmSettings",
     "PolicySettings",
     "RightsCheckerSettings",

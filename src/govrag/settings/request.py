@@ -101,6 +101,33 @@ class PolicySettings(Section):
     timeout_s: float = Field(default=2.0, gt=0.0, le=60.0)
 
 
+def _http_url(value: str) -> str:
+    value = value.strip()  # an env file's trailing newline is not part of the URL
+    if not value.startswith(("http://", "https://")):
+        raise ValueError(f"base_url {redact(value)!r} is not an http(s) URL")
+    if any(c.isspace() or not c.isprintable() for c in value):
+        raise ValueError(f"base_url {redact(value)!r} holds whitespace or a control character")
+    return value.rstrip("/")
+
+
+class LlmProfile(Section):
+    """``[llm.profiles.<name>]``: a model a route picks with its ``model_profile``; each key
+    left out is ``[llm]``'s."""
+
+    provider: Literal["extractive", "openai"] | None = None
+    base_url: str | None = None
+    model: str | None = None
+    api_key_env: str | None = None
+    timeout_s: float | None = Field(default=None, gt=0.0, le=600.0)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    max_tokens: int | None = Field(default=None, ge=16, le=131_072)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http(cls, value: str | None) -> str | None:
+        return None if value is None else _http_url(value)
+
+
 class LlmSettings(Section):
     """The model behind ``govrag ask``."""
 
@@ -136,16 +163,22 @@ class LlmSettings(Section):
     max_question_chars: int = Field(default=4000, ge=1, le=4096)
     #: Longest caller-supplied text (``ask --text``) accepted, in characters.
     max_text_chars: int = Field(default=200_000, ge=1, le=10_000_000)
+    #: Named models (``[llm.profiles.<name>]``) a route picks with ``model_profile``; a route
+    #: naming none, or one not defined here, gets this ``[llm]``.
+    profiles: dict[str, LlmProfile] = Field(default_factory=dict)
 
     @field_validator("base_url")
     @classmethod
     def _http(cls, value: str) -> str:
-        value = value.strip()  # an env file's trailing newline is not part of the URL
-        if not value.startswith(("http://", "https://")):
-            raise ValueError(f"base_url {redact(value)!r} is not an http(s) URL")
-        if any(c.isspace() or not c.isprintable() for c in value):
-            raise ValueError(f"base_url {redact(value)!r} holds whitespace or a control character")
-        return value.rstrip("/")
+        return _http_url(value)
+
+    def profile(self, name: str) -> LlmSettings | None:
+        """``[llm]`` with profile ``name``'s keys in place (``None``: no such profile)."""
+        chosen = self.profiles.get(name)
+        if chosen is None:
+            return None
+        update = {k: v for k, v in chosen.model_dump().items() if v is not None}
+        return self.model_copy(update=update | {"profiles": {}})
 
 
 class WritebackSettings(Section):

@@ -16,6 +16,8 @@ class LlmCallEvent(AuditEventBase):
     #: SHA-256 of the canonical JSON of the messages and tools sent.
     payload_hash: str
     model: str
+    #: The route's ``model_profile`` that picked the model (``None``: ``[llm]`` served).
+    model_profile: str | None = None
     stage: str
     #: The call's number in the request (its ``llm_result`` has the same).
     step: int
