@@ -67,6 +67,15 @@ class Collector:
             self.failed(path)
         return None
 
+    def read_text(self, path: Path) -> str | None:
+        """UTF-8 text; ``None`` and a problem otherwise."""
+        try:
+            return deployfile.read_text(path)
+        except ConfigFileError as exc:
+            self.add(path, "", exc.detail)
+            self.failed(path)
+        return None
+
     def read_cedar(self, path: Path) -> str | None:
         try:
             return deployfile.read_cedar(path)

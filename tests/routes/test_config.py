@@ -74,6 +74,8 @@ def deployment(tmp_path: Path) -> Path:
     write(
         tmp_path / "evals" / "msa_risk_review_golden.jsonl", '{"suite": "msa_risk_review_golden"}'
     )
+    for prompt in ("policy_qa_grounded_v1", "msa_risk_review_v1"):
+        write(tmp_path / "prompts" / f"{prompt}.txt", "Answer briefly.")
     return tmp_path
 
 

@@ -161,6 +161,7 @@ class Orchestrator:
             max_steps=self.limits.max_steps,
             max_tokens=chosen.max_tokens,
             model_profile=chosen.profile,
+            prompt=self.config.prompts.get(route.prompt_id) if route.prompt_id else None,
         )
         mode = session.retrieval.mode
         workflow = self.config.workflows.get(route.workflow_id) if route.workflow_id else None
@@ -178,6 +179,8 @@ class Orchestrator:
         run.trace.update({"pattern": pattern, "mode": mode, "llm": chosen.llm.name})
         if chosen.profile is not None:
             run.trace["model_profile"] = chosen.profile
+        if run.prompt is not None:
+            run.trace["prompt"] = {"id": run.prompt.prompt_id, "sha256": run.prompt.sha256}
         if session.expires_at is not None:
             # Seed 003's trace names who asked and until when their token was valid.
             run.trace["token_exp"] = session.expires_at
@@ -205,7 +208,7 @@ class Orchestrator:
 
     # -- patterns ----------------------------------------------------------------------------
     def _ungrounded(self, run: Run, text: str | None, no_retrieval: bool) -> str:
-        system = prompts.NO_RETRIEVAL if no_retrieval else prompts.UNGROUNDED
+        system = run.system(prompts.NO_RETRIEVAL if no_retrieval else prompts.UNGROUNDED)
         messages: list[Message] = [
             {"role": "system", "content": system},
             {"role": "user", "content": prompts.caller_message(run.question, text)},

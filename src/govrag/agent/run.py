@@ -29,6 +29,7 @@ from govrag.audit.trail import recorded
 from govrag.errors import LlmError
 from govrag.policy.pep import Proposal
 from govrag.routes.models import Route
+from govrag.routes.prompts import RoutePrompt
 from govrag.routes.session import Session
 from govrag.types import ContextPack, PackChunk, Principal, SearchRequest, Strategy
 from govrag.validation import AuditSink, ValidationReport
@@ -108,6 +109,12 @@ class Run:
     draft: Draft | None = None
     #: The ``[llm.profiles.<name>]`` serving this request (``None``: ``[llm]``).
     model_profile: str | None = None
+    #: The route's own instructions (``prompts/<prompt_id>.txt``; ``None``: govrag's own).
+    prompt: RoutePrompt | None = None
+
+    def system(self, rules: str) -> str:
+        """A system message: the route's prompt, if any, then govrag's ``rules``."""
+        return self.prompt.system(rules) if self.prompt is not None else rules
 
     def record(self, event: AuditEventModel) -> None:
         write(self.audit, self.principal.tenant, event, request_id=self.request_id,
@@ -138,6 +145,8 @@ class Run:
                 payload_hash=payload_hash(messages, tools),
                 model=self.llm.name,
                 model_profile=self.model_profile,
+                prompt_id=self.prompt.prompt_id if self.prompt else None,
+                prompt_sha256=self.prompt.sha256 if self.prompt else None,
                 stage=stage,
                 step=step,
                 tools=[t["name"] for t in tools],

@@ -59,7 +59,7 @@ class Steps:
 
     def loop(self, run: Run, text: str | None, tools: list[Tool]) -> tuple[str, str | None]:
         messages: list[Message] = [
-            {"role": "system", "content": prompts.TOOLS},
+            {"role": "system", "content": run.system(prompts.TOOLS)},
             {"role": "user", "content": prompts.caller_message(run.question, text)},
         ]
         reply_text = ""
@@ -219,7 +219,7 @@ class Steps:
         handed = list(run.evidence)
         context = prompts.context_block([c for _, c in handed])
         messages: list[Message] = [
-            {"role": "system", "content": f"{prompts.SYNTHESIS}\n\n{context}"},
+            {"role": "system", "content": f"{run.system(prompts.SYNTHESIS)}\n\n{context}"},
             {"role": "user", "content": prompts.caller_message(run.question, text)},
         ]
         return run.drafted(run.call_model(messages, [], stage="synthesis"), handed)

@@ -210,7 +210,8 @@ def _llm_calls(
     """Each model call with its outcome, matched by step (the call's number in the request)."""
     outcome = {r.step: r for _, r in results}
     return [
-        ({"model_profile": c.model_profile} if c.model_profile is not None else {}) |
+        {k: v for k, v in (("model_profile", c.model_profile), ("prompt_id", c.prompt_id),
+                           ("prompt_sha256", c.prompt_sha256)) if v is not None} |
         {"stage": c.stage, "step": c.step, "model": c.model, "payload_hash": c.payload_hash,
          "tools": list(c.tools),
          "result": None if (r := outcome.get(c.step)) is None else {

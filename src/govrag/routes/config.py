@@ -28,6 +28,7 @@ from govrag.eval.suite import SUITES_DIR
 from govrag.policy.bundle import PolicyBundle, bundle_for, load_bundles
 from govrag.problems import Collector, Problem
 from govrag.routes.models import NO_MANIFEST, Manifest, Route, Workflow
+from govrag.routes.prompts import RoutePrompt, load_prompts, missing_prompt
 
 __all__ = ["DeploymentConfig", "check_config", "describe_problems", "load_config"]
 
@@ -41,6 +42,8 @@ class DeploymentConfig:
     workflows: dict[str, Workflow]
     bundles: dict[str, PolicyBundle]
     warnings: tuple[Problem, ...] = ()
+    #: ``prompts/<prompt_id>.txt``: the routes' own instructions to the model.
+    prompts: dict[str, RoutePrompt] = field(default_factory=dict)
     #: Content hash of the route table: a session records the version it pinned.
     route_table_version: str = field(default="")
 
@@ -232,7 +235,10 @@ def check_config(root: Path) -> tuple[DeploymentConfig | None, list[Problem]]:
     workflows = _load_keyed(c, "workflows", Workflow, "workflow_id")
     _check_tools(c, manifests)
     bundles = load_bundles(c)
+    prompts = load_prompts(c)
     _cross_check(c, routes, manifests, workflows, bundles)
+    for route, path in routes.values():
+        missing_prompt(c, path, route.route_id, route.prompt_id, prompts)
     if any(not p.warning for p in c.problems):
         return None, c.problems
     table = json.dumps(
@@ -248,6 +254,7 @@ def check_config(root: Path) -> tuple[DeploymentConfig | None, list[Problem]]:
         manifests={k: m for k, (m, _) in manifests.items()},
         workflows={k: w for k, (w, _) in workflows.items()},
         bundles=bundles,
+        prompts=prompts,
         warnings=tuple(c.problems),
         route_table_version="sha256:" + hashlib.sha256(table.encode()).hexdigest()[:16],
     )

@@ -18,6 +18,9 @@ class LlmCallEvent(AuditEventBase):
     model: str
     #: The route's ``model_profile`` that picked the model (``None``: ``[llm]`` served).
     model_profile: str | None = None
+    #: The route's prompt and its content's SHA-256 (``None``: govrag's built-in one).
+    prompt_id: str | None = None
+    prompt_sha256: str | None = None
     stage: str
     #: The call's number in the request (its ``llm_result`` has the same).
     step: int
