@@ -95,6 +95,14 @@ def play_every_kind(dep: Deployment) -> None:
         dep.governed.search(officer, "wire limit", corpora=("policy-engine",))
     finally:
         dep.gateway.retrieve = real  # type: ignore[method-assign]
+    # A route that escalates a failed validation: an answer citing nothing is escalated.
+    dep.config.routes["qa"] = dep.config.routes["qa"].model_copy(
+        update={"on_validation_failure": "escalate"}
+    )
+    with_model(dep, Scripted(
+        calls(("retrieve_documents", {"corpus": "policy-engine", "query": "wire limit"})),
+        answer("The limit is whatever the client asks for."),
+    )).orchestrator.ask(officer, QUESTION)  # fmt: skip
 
 
 def test_every_row_written_is_its_typed_event(make: MakeDeployment) -> None:

@@ -54,7 +54,7 @@ from govrag.agent.retrieve import GovernedSearch, merged_hidden
 from govrag.agent.run import PREFETCH, Run, ToolExecutor, denied_or
 from govrag.agent.steps import Steps
 from govrag.agent.workflow import run_workflow
-from govrag.audit.events import RemovedClaim, ResponseEvent
+from govrag.audit.events import EscalationEvent, RemovedClaim, ResponseEvent
 from govrag.errors import TRANSIENT_LLM_FAULTS, LlmError
 from govrag.policy.pep import Proposal
 from govrag.routes.session import Session
@@ -261,6 +261,16 @@ class Orchestrator:
                 forged = any(c.cited or c.unknown for c in claims.claims)
                 reason = "unsupported" if forged else "uncited"
         abstained = reason is not None
+        response_id = f"resp-{secrets.token_hex(8)}"
+        if reason in VALIDATION_FAILURES and run.route.on_validation_failure == "escalate":
+            # The failure goes to people: on the record with its queue; the caller learns only
+            # that it did.
+            queue = run.route.escalation_queue
+            run.record(EscalationEvent(sub=run.principal.sub, route_id=run.session.route_id,
+                                       reason=str(reason), queue=queue,
+                                       response_id=response_id))  # fmt: skip
+            run.trace["escalation"] = {"queue": queue, "reason": reason}
+            reason = "escalated"
         if reason is not None and reason != "llm_error":
             # Never a confident answer without validated, cited evidence: whatever the model
             # wrote is replaced (its hash is not what is delivered).
@@ -269,7 +279,6 @@ class Orchestrator:
         citations = [] if abstained else cited(reply, handed)[0]
         unknown = [u for c in claims.claims for u in c.unknown] if claims else []
         hidden = merged_hidden(run.packs, self.governed.pep.markers.max_contacts)
-        response_id = f"resp-{secrets.token_hex(8)}"
         run.trace.update(
             {
                 "response_id": response_id,
@@ -369,7 +378,13 @@ _ABSTAIN = {
     "truncated": "The model's answer was cut off by its output limit, so it was withheld.",
     "empty_reply": "The model returned an empty reply; there is no answer to deliver.",
     "step_limit": "The model used up its steps without answering.",
+    "escalated": "This question needs a person's review; it has been passed on, and nothing "
+    "was answered automatically.",
 }
+#: The abstentions that are a failed validation (of the evidence or of the answer's claims):
+#: a route may escalate them instead (``on_validation_failure``).
+VALIDATION_FAILURES = frozenset({"thin_evidence", "off_topic", "scope_violation", "not_recorded",
+                                 "uncited", "unsupported"})  # fmt: skip
 
 #: What a caller is told when the model failed, per fault class: never the operator's message
 #: (it names internal URLs, settings and environment variables).

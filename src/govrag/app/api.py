@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from govrag.agent.tool_calls import ToolOutcome
     from govrag.audit import Replay
     from govrag.audit.anchor import AuditVerification, CheckpointRun
+    from govrag.audit.escalations import Escalation
     from govrag.harvest.kinds import ConnectorKind
     from govrag.routes.models import Tool
     from govrag.store.audit import AuditEvent
@@ -322,6 +323,15 @@ class Govrag:
         from govrag.audit import replay
 
         return replay(self._dep.store, tenant or self.settings.default_tenant, request_id)
+
+    def escalations(self, *, tenant: str | None = None, queue: str | None = None
+                    ) -> list[Escalation]:  # fmt: skip
+        """The failed validations routes passed to people (``on_validation_failure:
+        escalate``), oldest first, from the audit log alone."""
+        require_text(tenant=tenant, queue=queue)
+        from govrag.audit.escalations import escalations
+
+        return escalations(self._dep.store, tenant or self.settings.default_tenant, queue=queue)
 
     def audit_verify(self, tenant: str | None = None) -> AuditVerification:
         """Every tenant's audit chain (or one's) checked against its signed checkpoints; a

@@ -26,6 +26,7 @@ from govrag.audit.events import (
     AuditEventModel,
     ContextPackEvent,
     ErrorEvent,
+    EscalationEvent,
     HiddenMarkerEvent,
     IncidentEvent,
     LlmCallEvent,
@@ -47,6 +48,7 @@ M = TypeVar("M", bound=AuditEventBase)
 
 #: Events that name the caller (``sub``), in the order replay looks for one.
 _WITH_SUB = (RoutePinned, PinViolationEvent, PepDecisionEvent, HiddenMarkerEvent, IncidentEvent,
+             EscalationEvent,
              ResponseEvent)  # fmt: skip
 
 
@@ -138,7 +140,9 @@ def replay(log: AuditLog, tenant: str, request_id: str) -> Replay:
         verdict_before_search=before,
         model_saw=model_saw,
         llm_calls=_llm_calls(_of(events, LlmCallEvent), _of(events, LlmResultEvent)),
-        delivered=_delivered(responses[-1][1], memory) if responses else None,
+        delivered=_delivered(responses[-1][1], memory,
+                             [m for _, m in _of(events, EscalationEvent)])
+        if responses else None,
         chain_ok=log.verify_audit(tenant).ok,
         # A refused attempt to change a pinned session is how such a request ended.
         incidents=[m.payload() for _, m in _of(events, IncidentEvent)]
@@ -223,9 +227,13 @@ def _llm_calls(
     ]  # fmt: skip
 
 
-def _delivered(r: ResponseEvent, memory: dict[str, PackSource]) -> dict[str, Any]:
-    # The response id is shown only where it was kept (older records lack it).
-    return ({"response_id": r.response_id} if r.response_id is not None else {}) | {
+def _delivered(r: ResponseEvent, memory: dict[str, PackSource],
+               escalated: list[EscalationEvent]) -> dict[str, Any]:  # fmt: skip
+    # The response id (and an escalation) shown only where kept (older records lack them).
+    extra: dict[str, Any] = {"response_id": r.response_id} if r.response_id is not None else {}
+    if escalated:
+        extra["escalation"] = {"queue": escalated[-1].queue, "reason": escalated[-1].reason}
+    return extra | {
         "answer_hash": r.answer_hash, "cited_doc_ids": list(r.cited_doc_ids),
         "cited_chunk_ids": list(r.cited_chunk_ids), "abstained": r.abstained,
         "reason": r.reason, "grounded": r.grounded, "pattern": r.pattern,

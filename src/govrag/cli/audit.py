@@ -1,5 +1,6 @@
 """``govrag audit verify | checkpoint | keygen``: the audit log and its anchor outside the
-database (signed checkpoints, ``docs/audit.md``). Thin: the use cases are the application API's."""
+database (signed checkpoints, ``docs/audit.md``); ``govrag escalations``: the failed
+validations routes passed to people. Thin: the use cases are the application API's."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from govrag.cli.common import DeploymentOpt, JsonOpt, TenantOpt, emit, err, guar
 
 if TYPE_CHECKING:
     from govrag.audit.anchor import AuditVerification, CheckpointRun, TenantAudit
+    from govrag.audit.escalations import Escalation
 
 
 def register(app: typer.Typer) -> None:
@@ -22,6 +24,30 @@ def register(app: typer.Typer) -> None:
     audit_app.command("checkpoint")(audit_checkpoint)
     audit_app.command("keygen")(audit_keygen)
     app.add_typer(audit_app, name="audit")
+    app.command("escalations")(escalations)
+
+
+def escalations(
+    queue: Annotated[str | None, typer.Option(help="Only this queue's.")] = None,
+    tenant: TenantOpt = None,
+    deployment: DeploymentOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List the failed validations routes escalated (on_validation_failure: escalate), oldest
+    first, each with its request for govrag replay."""
+
+    def run() -> list[Escalation]:
+        with open_app(deployment) as app:
+            return app.escalations(tenant=tenant, queue=queue)
+
+    found = guard(run)
+    if as_json:
+        emit([e.as_dict() for e in found])
+        return
+    for e in found:
+        print(f"{e.at}  {e.queue}  {e.request_id}  {e.route_id}  {e.sub}  {e.reason}")
+    err.print(f"{len(found)} escalation(s)" + (f" in queue {queue!r}" if queue else ""),
+              highlight=False)  # fmt: skip
 
 
 def _anchor_line(t: TenantAudit) -> str:

@@ -43,6 +43,11 @@ class Route(_Model):
     prompt_id: str | None = None
     output_schema_id: str | None = None
     eval_suite_id: str | None = None
+    #: What a failed validation does: ``abstain`` (the caller gets the reason), or
+    #: ``escalate`` (an ``escalation`` audit event names the failure and ``escalation_queue``,
+    #: the caller gets a fixed message, ``govrag escalations`` lists it for people).
+    on_validation_failure: Literal["abstain", "escalate"] = "abstain"
+    escalation_queue: Ident = "review"
 
     @field_validator("retrieval", mode="before")
     @classmethod

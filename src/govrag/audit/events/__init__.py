@@ -48,6 +48,7 @@ from govrag.audit.events.policy import (
 )
 from govrag.audit.events.session import (
     ErrorEvent,
+    EscalationEvent,
     PinAttempt,
     PinnedRetrieval,
     PinViolationEvent,
@@ -65,6 +66,7 @@ __all__ = [
     "AuditSink",
     "ContextPackEvent",
     "ErrorEvent",
+    "EscalationEvent",
     "HiddenMarkerEvent",
     "IncidentEvent",
     "LlmCallEvent",

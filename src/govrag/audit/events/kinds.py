@@ -17,7 +17,13 @@ from govrag.audit.events.base import EVENT_KIND, UNVERSIONED, AuditEventBase, Au
 from govrag.audit.events.checks import IncidentEvent, ValidationEvent
 from govrag.audit.events.model import LlmCallEvent, LlmResultEvent, ProposalEvent
 from govrag.audit.events.policy import ContextPackEvent, HiddenMarkerEvent, PepDecisionEvent
-from govrag.audit.events.session import ErrorEvent, PinViolationEvent, ResponseEvent, RoutePinned
+from govrag.audit.events.session import (
+    ErrorEvent,
+    EscalationEvent,
+    PinViolationEvent,
+    ResponseEvent,
+    RoutePinned,
+)
 from govrag.audit.events.writeback import WritebackAdmissionEvent
 from govrag.errors import AuditEventError, describe_validation
 from govrag.store.audit import AuditEvent
@@ -51,6 +57,7 @@ AuditEventModel = Annotated[
     | Annotated[LlmResultEvent, Tag("llm_result")]
     | Annotated[ProposalEvent, Tag("proposal")]
     | Annotated[ResponseEvent, Tag("response")]
+    | Annotated[EscalationEvent, Tag("escalation")]
     | Annotated[ErrorEvent, Tag("error")]
     | Annotated[WritebackAdmissionEvent, Tag("writeback_admission")],
     Discriminator(_tag),
@@ -63,7 +70,7 @@ KNOWN_VERSIONS: dict[str, frozenset[int]] = {
     kind: frozenset({UNVERSIONED})
     for kind in ("route_pinned", "pin_violation", "pep_decision", "context_pack",
                  "hidden_marker", "validation", "incident", "llm_call", "llm_result",
-                 "proposal", "response", "error", "writeback_admission")
+                 "proposal", "response", "escalation", "error", "writeback_admission")
 }  # fmt: skip
 
 

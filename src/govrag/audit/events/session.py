@@ -91,6 +91,19 @@ class ResponseEvent(AuditEventBase):
     response_id: str | None = None
 
 
+class EscalationEvent(AuditEventBase):
+    """A failed validation passed to people (the route's ``on_validation_failure:
+    escalate``): which failure, and which queue holds it."""
+
+    kind: Literal["escalation"] = Field("escalation", exclude=True, validation_alias=EVENT_KIND)
+    sub: str
+    route_id: str
+    #: The validation failure (``unsupported``, ``scope_violation``, ``thin_evidence``, ...).
+    reason: str
+    queue: str
+    response_id: str
+
+
 class ErrorEvent(AuditEventBase):
     """How a request that failed ended: where, the error's class, and (for govrag's own
     errors) its bounded message."""
