@@ -78,8 +78,10 @@ WIRE = {"sub": "officer-123", "route": "investigation",
 
 
 def test_a_planted_leak_turns_leaks_to_1_and_the_exit_code_to_1(demo: Path) -> None:
-    # The officer may read the wire limit: naming it a canary plants a leak the run must see.
-    planted(demo, WIRE | {"id": "leak", "canaries": ["EUR 50,000"]}, thresholds={})
+    # The officer may read the wire limit: naming it a canary plants a leak the run must see,
+    # however the canary spells its case and spacing.
+    planted(demo, WIRE | {"id": "leak", "canaries": ["eur\u00a050 000 per\u200b day"]},
+            thresholds={})  # fmt: skip
     done = cli(demo, "--suite", "planted", "--json")
     assert done.returncode == 1, done.stderr[-2000:]
     result = json.loads(done.stdout)

@@ -232,3 +232,11 @@ def test_a_suite_id_is_a_name_never_a_path(tmp_path: Path) -> None:
             suite_path(tmp_path, bad)
     with pytest.raises(InputError, match="no eval suite"):
         load_suite(suite_path(tmp_path, "absent"))
+
+
+def test_a_canary_or_fact_is_compared_however_it_is_spelled() -> None:
+    from govrag.eval.governance import plain
+
+    spelled = ["EUR 50,000 per day", "eur 50 000 per day", "EUR\u00a050\u202f000  per\nday",
+               "ＥＵＲ 50,000 per\u200b day"]  # fmt: skip
+    assert {plain(s) for s in spelled} == {"eur 50000 per day"}

@@ -19,14 +19,13 @@ error naming the case, not a run that fails at case 57.
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from govrag.agent.answer import Answer
 from govrag.deployment import Deployment
 from govrag.errors import InputError, NotFoundError
-from govrag.eval.governance import CaseObservation, SuiteReport, score
+from govrag.eval.governance import CaseObservation, SuiteReport, plain, score
 from govrag.eval.suite import EvalCase, Suite, load_suite, suite_path
 from govrag.types import ChunkOrigin, Principal
 
@@ -102,7 +101,9 @@ def observe(dep: Deployment, case: EvalCase, principal: Principal) -> CaseObserv
     cited = [c.doc_id for c in answer.citations if c.origin is ChunkOrigin.SOURCE]
     checked = [c for c in (answer.claims.claims if answer.claims else ())
                if c.asserts and (c.cited or c.unknown)]  # fmt: skip
-    shown = json.dumps(answer.as_dict(), ensure_ascii=False).casefold()
+    # Every text the caller gets back, each compared as a whole (a canary spanning a line
+    # break of a chunk is found: JSON would have escaped the break).
+    shown = plain(" \n ".join(_texts(answer.as_dict())))
     return CaseObservation(
         case_id=case.id,
         route=case.route,
@@ -116,10 +117,25 @@ def observe(dep: Deployment, case: EvalCase, principal: Principal) -> CaseObserv
         claims_checked=len(checked),
         claims_supported=sum(1 for c in checked if c.supported),
         scope_violations=tuple(_out_of_scope(dep, principal, case.route, answer)),
-        leaks=tuple(c for c in case.canaries if c.casefold() in shown),
+        leaks=tuple(c for c in case.canaries if plain(c) in shown),
         hint=answer.hidden.present,
         latency_ms=round(latency_ms, 2),
     )
+
+
+def _texts(value: object) -> Iterator[str]:
+    """Every string in a JSON-like value (keys too: nothing of it is left unlooked at)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield str(key)
+            yield from _texts(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _texts(item)
+    elif value is not None:
+        yield str(value)
 
 
 def _out_of_scope(dep: Deployment, principal: Principal, route: str, answer: Answer

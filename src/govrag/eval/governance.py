@@ -24,6 +24,7 @@ sets it meant to measure it.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
@@ -235,11 +236,17 @@ def _misses(case: EvalCase, o: CaseObservation) -> tuple[str, ...]:
 
 def has_fact(answer: str, fact: str) -> bool:
     """Whether ``answer`` states ``fact`` (case, spacing and thousands separators aside)."""
-    return _plain(fact) in _plain(answer)
+    return plain(fact) in plain(answer)
 
 
-def _plain(text: str) -> str:
-    text = re.sub(r"(?<=\d)[,\u202f\u00a0 ](?=\d{3}\b)", "", text.casefold())
+def plain(text: str) -> str:
+    """``text`` as facts and canaries are compared: compatibility forms folded (NFKC), case
+    folded, invisible format characters (zero-width spaces, ...) dropped, every run of white
+    space one space, and a comma or space between thousands dropped. A canary written one way
+    is found however a document or an answer spells its spacing or case."""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    text = "".join(c for c in text if unicodedata.category(c) != "Cf")
+    text = re.sub(r"(?<=\d)[,\u202f\u00a0 ](?=\d{3}\b)", "", text)
     return " ".join(text.split())
 
 
