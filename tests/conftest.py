@@ -261,6 +261,38 @@ def principal(
     )
 
 
+#: The one document of :func:`wire_bank`.
+WIRE_TEXT = "The wire limit is EUR 50,000 per day."
+
+
+def wire_bank(root: Path, *, routes: dict[str, dict[str, Any]], toml: str = "",
+              readers: Sequence[str] = ("ana",)) -> Path:  # fmt: skip
+    """A scaffolded deployment (tenant ``bank``, corpus ``policy``) holding one document,
+    ``wire`` (:data:`WIRE_TEXT`), that ``readers`` (``<sub>@bank.example``) may read.
+    ``routes`` maps each route id to what it changes of the scaffold's ``search`` route;
+    ``toml`` is appended to ``govrag.toml``. Returns ``root``."""
+    import govrag
+
+    govrag.init(root, tenant="bank", corpora=["policy"])
+    search = json.loads((root / "routes" / "search.json").read_text())
+    for route_id, changes in routes.items():
+        row = search | {"route_id": route_id, "intent": route_id} | changes
+        (root / "routes" / f"{route_id}.json").write_text(json.dumps(row))
+    config = root / "govrag.toml"
+    config.write_text(config.read_text() + "\n" + toml)
+    rows: list[dict[str, Any]] = [{"type": "identity", "email": f"{sub}@bank.example",
+                                   "source_system": "sp", "account_id": f"S-{sub}"}
+                                  for sub in readers]  # fmt: skip
+    rows.append({"type": "document", "source_system": "sp", "external_id": "wire",
+                 "corpus": "policy", "title": "Wire", "classification": "internal",
+                 "acl": [f"S-{sub}" for sub in readers], "text": WIRE_TEXT})  # fmt: skip
+    feed = root / "feed.jsonl"
+    feed.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with govrag.open(root) as app:
+        assert app.ingest(feed).ok
+    return root
+
+
 def tiny_beir(root: Path) -> Path:
     """A three-document BEIR dataset whose two queries each have one obvious answer."""
     beir = root / "tiny"

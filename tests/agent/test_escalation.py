@@ -18,53 +18,23 @@ import pytest
 import govrag
 from govrag.app import local_principal
 
+from conftest import wire_bank
+
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 QUESTION = "What is the wire limit?"
 
 
 @pytest.fixture
 def deployment(tmp_path: Path) -> Path:
-    root = tmp_path / "bank"
-    govrag.init(root, tenant="bank", corpora=["policy"])
-    # Pattern 0 (prefetch): a failed validation of the packs ends the request with its reason.
-    search = json.loads((root / "routes" / "search.json").read_text()) | {
+    # Pattern 0 (prefetch): a failed validation of the packs ends the request with its reason;
+    # evidence must be three chunks at least, so the one wire document is "thin" on any route.
+    prefetch = {
         "tool_manifest": "none",
         "retrieval": {"mode": "deterministic_prefetch", "scope": ["policy"]},
     }
-    (root / "routes" / "search.json").write_text(
-        json.dumps(
-            search | {"on_validation_failure": "escalate", "escalation_queue": "policy-review"}
-        )
-    )
-    (root / "routes" / "plain.json").write_text(
-        json.dumps(search | {"route_id": "plain", "intent": "plain"})
-    )
-    # Evidence must be three chunks at least: one wire document is "thin" on every route.
-    toml = root / "govrag.toml"
-    toml.write_text(toml.read_text() + "\n[validation]\nmin_chunks = 3\n")
-    rows = [
-        {
-            "type": "identity",
-            "email": "ana@bank.example",
-            "source_system": "sp",
-            "account_id": "S-1",
-        },
-        {
-            "type": "document",
-            "source_system": "sp",
-            "external_id": "wire",
-            "corpus": "policy",
-            "title": "Wire",
-            "classification": "internal",
-            "acl": ["S-1"],
-            "text": "The wire limit is EUR 50,000 per day.",
-        },
-    ]
-    feed = root / "feed.jsonl"
-    feed.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    with govrag.open(root) as app:
-        assert app.ingest(feed).ok
-    return root  # fmt: skip
+    escalate = {"on_validation_failure": "escalate", "escalation_queue": "policy-review"}
+    return wire_bank(tmp_path / "bank", routes={"search": prefetch | escalate, "plain": prefetch},
+                     toml="[validation]\nmin_chunks = 3\n")  # fmt: skip
 
 
 def test_a_failed_validation_is_escalated_on_a_route_that_says_so(deployment: Path) -> None:

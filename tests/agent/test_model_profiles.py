@@ -23,33 +23,22 @@ from govrag.app import local_principal
 from govrag.audit import replay
 from govrag.deployment import Deployment
 
+from conftest import wire_bank
+
 QUESTION = "What is the wire limit?"
 
 
 @pytest.fixture
 def deployment(tmp_path: Path) -> Path:
-    root = tmp_path / "bank"
-    govrag.init(root, tenant="bank", corpora=["policy"])
-    search = json.loads((root / "routes" / "search.json").read_text())
-    routes = root / "routes"
-    (routes / "search.json").write_text(json.dumps(search | {"model_profile": "short"}))
-    (routes / "plain.json").write_text(json.dumps(search | {"route_id": "plain",
-                                                            "intent": "plain"}))  # fmt: skip
-    (routes / "typo.json").write_text(json.dumps(search | {"route_id": "typo", "intent": "typo",
-                                                           "model_profile": "shrot"}))  # fmt: skip
-    toml = root / "govrag.toml"
-    toml.write_text(toml.read_text() + "\n[llm]\nmax_tokens = 900\n\n"
-                    "[llm.profiles.short]\nmax_tokens = 64\n")  # fmt: skip
-    feed = root / "feed.jsonl"
-    rows = [{"type": "identity", "email": "ana@bank.example", "source_system": "sp",
-             "account_id": "S-1"},
-            {"type": "document", "source_system": "sp", "external_id": "wire", "corpus": "policy",
-             "title": "Wire", "classification": "internal", "acl": ["S-1"],
-             "text": "The wire limit is EUR 50,000 per day."}]  # fmt: skip
-    feed.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    with govrag.open(root) as app:
-        assert app.ingest(feed).ok
-    return root
+    return wire_bank(
+        tmp_path / "bank",
+        routes={
+            "search": {"model_profile": "short"},
+            "plain": {},
+            "typo": {"model_profile": "shrot"},
+        },
+        toml="[llm]\nmax_tokens = 900\n\n[llm.profiles.short]\nmax_tokens = 64\n",
+    )
 
 
 def llm_calls(dep: Deployment, answer: Answer) -> list[dict[str, Any]]:

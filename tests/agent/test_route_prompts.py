@@ -7,21 +7,19 @@ it; a route naming a prompt with no file is served with govrag's instructions (a
 
 from __future__ import annotations
 
-import json
 from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-import govrag
 from govrag.agent import prompts
 from govrag.agent.extractive import ExtractiveResponder
 from govrag.audit import replay
 from govrag.deployment import Deployment
 from govrag.routes import check_config
 
-from conftest import Spy
+from conftest import Spy, wire_bank
 
 PROMPT = "You are the wire desk. Answer in one sentence, figures exactly as written."
 QUESTION = "What is the wire limit?"
@@ -29,23 +27,9 @@ QUESTION = "What is the wire limit?"
 
 @pytest.fixture
 def deployment(tmp_path: Path) -> Path:
-    root = tmp_path / "bank"
-    govrag.init(root, tenant="bank", corpora=["policy"])
-    search = json.loads((root / "routes" / "search.json").read_text())
-    (root / "routes" / "search.json").write_text(json.dumps(search | {"prompt_id": "wire_v1"}))
-    plain = search | {"route_id": "plain", "intent": "plain"}
-    (root / "routes" / "plain.json").write_text(json.dumps(plain))
+    root = wire_bank(tmp_path / "bank", routes={"search": {"prompt_id": "wire_v1"}, "plain": {}})
     (root / "prompts").mkdir()
     (root / "prompts" / "wire_v1.txt").write_text(PROMPT + "\n")
-    rows = [{"type": "identity", "email": "ana@bank.example", "source_system": "sp",
-             "account_id": "S-1"},
-            {"type": "document", "source_system": "sp", "external_id": "wire", "corpus": "policy",
-             "title": "Wire", "classification": "internal", "acl": ["S-1"],
-             "text": "The wire limit is EUR 50,000 per day."}]  # fmt: skip
-    feed = root / "feed.jsonl"
-    feed.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    with govrag.open(root) as app:
-        assert app.ingest(feed).ok
     return root
 
 

@@ -21,6 +21,8 @@ from govrag.policy.pdp import CedarPDP
 from govrag.policy.sarac import SaracRequest
 from govrag.types import Classification
 
+from conftest import wire_bank
+
 POLICY = """
 permit (principal, action in [Action::"kind:retrieve", Action::"kind:list",
                               Action::"kind:metadata"], resource is Corpus)
@@ -59,8 +61,8 @@ def test_the_pdp_decides_on_the_risk_tier() -> None:
 
 @pytest.fixture
 def deployment(tmp_path: Path) -> Path:
-    root = tmp_path / "bank"
-    govrag.init(root, tenant="bank", corpora=["policy"])
+    root = wire_bank(tmp_path / "bank", routes={"search": {"policy_profile": "risk"}},
+                     readers=("ana", "cleo"))  # fmt: skip
     manifest = json.loads((root / "manifests" / "retrieval.json").read_text())
     manifest["tools"].append({"name": "bulk_export", "description": "Every passage at once.",
                               "parameters": SEARCH, "pdp_action": "bulk_export",
@@ -70,30 +72,11 @@ def deployment(tmp_path: Path) -> Path:
     bundle.mkdir(parents=True)
     (bundle / "bundle.json").write_text(json.dumps({"name": "risk", "version": "v1"}))
     (bundle / "policy.cedar").write_text(POLICY)
-    route = json.loads((root / "routes" / "search.json").read_text())
-    (root / "routes" / "search.json").write_text(json.dumps(route | {"policy_profile": "risk"}))
     people = json.loads((root / "principals.json").read_text())
     ana = people["principals"][0]
     people["principals"].append(ana | {"sub": "cleo", "email": "cleo@bank.example",
                                        "clearance": "confidential"})  # fmt: skip
     (root / "principals.json").write_text(json.dumps(people))
-    feed = root / "feed.jsonl"
-    rows = [
-        {
-            "type": "identity",
-            "email": f"{sub}@bank.example",
-            "source_system": "sp",
-            "account_id": f"S-{sub}",
-        }
-        for sub in ("ana", "cleo")
-    ]
-    rows.append({"type": "document", "source_system": "sp", "external_id": "wire",
-                 "corpus": "policy", "title": "Wire", "classification": "internal",
-                 "acl": ["S-ana", "S-cleo"],
-                 "text": "The EU corporate wire limit is EUR 50,000 per day."})  # fmt: skip
-    feed.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    with govrag.open(root) as app:
-        assert app.ingest(feed).ok
     return root
 
 
