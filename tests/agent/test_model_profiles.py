@@ -101,3 +101,18 @@ def test_a_profile_can_point_at_another_model(deployment: Path,
     assert seen and all(s["url"] == "http://model.test/v1/chat/completions" for s in seen)
     assert {s["model"] for s in seen} == {"small-model"}
     assert {(c["model"], c["model_profile"]) for c in calls} == {("openai:small-model", "short")}
+
+
+def test_a_profile_on_another_server_never_gets_llms_key() -> None:
+    from govrag.settings import LlmSettings
+
+    base = LlmSettings(provider="openai", base_url="https://api.example/v1",
+                       api_key_env="MAIN_KEY",
+                       profiles={"local": {"base_url": "http://127.0.0.1:8080/v1"},
+                                 "tuned": {"model": "tuned-model"},
+                                 "named": {"base_url": "http://other/v1",
+                                           "api_key_env": "OTHER_KEY"}})  # fmt: skip
+    local, tuned, named = (base.profile(n) for n in ("local", "tuned", "named"))
+    assert local is not None and local.api_key_env is None  # another server: no inherited key
+    assert tuned is not None and tuned.api_key_env == "MAIN_KEY"  # the same server
+    assert named is not None and named.api_key_env == "OTHER_KEY"

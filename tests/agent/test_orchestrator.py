@@ -16,6 +16,7 @@ import pytest
 
 from govrag.agent.answer import Answer
 from govrag.agent.extractive import ExtractiveResponder
+from govrag.agent.llm import LlmReply, ToolCall
 from govrag.agent.openai_chat import OpenAIChatClient
 from govrag.audit import replay
 from govrag.deployment import Deployment
@@ -491,3 +492,39 @@ def test_a_retrieve_that_broke_scope_says_so_in_its_own_trace_entry(
     assert [(r["corpus"], r["scope_violations"]) for r in answer.trace["retrievals"]] == [
         ("policy-engine", 1)
     ]
+
+
+class Says:
+    """A model that searches the policy engine once, then answers one fixed text."""
+
+    name = "says"
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def complete(self, messages: Any, *args: Any, **kwargs: Any) -> LlmReply:
+        if any(m["role"] == "tool" for m in messages):
+            return LlmReply(text=self.text)
+        arguments = json.dumps({"corpus": "policy-engine", "query": "wire limit"})
+        return LlmReply(tool_calls=(ToolCall.parse("call-1", "retrieve_documents", arguments),))
+
+
+def test_a_withheld_answer_leaves_none_of_the_models_words_with_the_caller(
+    dep: Deployment,
+) -> None:
+    invented = "The EU corporate wire limit is EUR 9,999,999 per day [sp:nothing#0]."
+    spy_on(dep, Says(invented))
+    answer = ask(dep, "officer-123", QUESTION)
+    assert answer.abstained and answer.reason == "unsupported"
+
+    def where(v: Any, path: str = "") -> list[str]:
+        if isinstance(v, dict):
+            return [w for k, x in v.items() for w in where(x, f"{path}.{k}")]
+        if isinstance(v, list):
+            return [w for i, x in enumerate(v) for w in where(x, f"{path}[{i}]")]
+        return [path] if isinstance(v, str) and ("9,999,999" in v or "sp:nothing" in v) else []
+
+    assert where(answer.as_dict()) == [] and answer.trace["unknown_citations"] == 1
+    (claim,) = answer.as_dict()["claims"]["claims"]
+    assert claim["sentence_sha256"] == sha256(invented.encode()).hexdigest()
+    assert (claim["supported"], claim["reason"], claim["unknown"]) == (False, "forged_citation", 1)

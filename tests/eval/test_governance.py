@@ -115,7 +115,8 @@ def test_a_deny_that_did_not_happen_moves_deny_correctness() -> None:
     # Abstaining with no DENY for the corpus the case names is not a deny.
     report = score(suite(ANSWERABLE, UNANSWERABLE, FORBIDDEN),
                    [GOOD[0], GOOD[1], abstained("hr")])  # fmt: skip
-    assert report.overall.deny_correctness == pytest.approx(2 / 3, abs=1e-3)
+    # Over the deny cases only: the answered and abstained cases around it do not dilute it.
+    assert report.overall.deny_correctness == 0.0
     assert report.cases[2].misses == ("expected deny, got abstain (no_evidence)",)
     # A request the gate refused outright is a deny whatever the case names.
     assert score(suite(FORBIDDEN), [abstained("hr", reason="denied")]).cases[0].outcome == "deny"
@@ -235,8 +236,62 @@ def test_a_suite_id_is_a_name_never_a_path(tmp_path: Path) -> None:
 
 
 def test_a_canary_or_fact_is_compared_however_it_is_spelled() -> None:
-    from govrag.eval.governance import plain
+    from govrag.eval.suite import plain
 
     spelled = ["EUR 50,000 per day", "eur 50 000 per day", "EUR\u00a050\u202f000  per\nday",
                "ＥＵＲ 50,000 per\u200b day"]  # fmt: skip
     assert {plain(s) for s in spelled} == {"eur 50000 per day"}
+
+
+def test_a_false_deny_counts_too() -> None:
+    # The answerable case refused outright: a deny where none was expected.
+    report = score(suite(ANSWERABLE, FORBIDDEN, thresholds={}),
+                   [abstained("wire", reason="denied"), GOOD[2]])  # fmt: skip
+    assert report.overall.deny_correctness == 0.5
+
+
+def test_a_fault_is_an_error_never_an_outcome_and_fails_the_run() -> None:
+    # The model down, or a policy engine that cannot decide: not an abstention or a deny.
+    down = abstained("crypto", reason="llm_error", errors=("the model failed (timeout)",))
+    broken = abstained("hr", errors=("policy error deciding hr",))
+    report = score(suite(ANSWERABLE, UNANSWERABLE, FORBIDDEN, thresholds={}),
+                   [GOOD[0], down, broken])  # fmt: skip
+    assert report.overall.errors == 2
+    assert report.failures == ("*: errors 2 > 0",)
+    assert "error: the model failed (timeout)" in report.cases[1].misses
+
+
+def test_a_fact_is_found_as_whole_words_only() -> None:
+    for text, found in [("EUR 500,000 a day", False), ("EUR 50,000.", True),
+                        ("up to EUR 50,000,000", False), ("(EUR 50,000)", True),
+                        ("EUR 50,000.5", False)]:  # fmt: skip
+        report = score(suite(ANSWERABLE), [answered(answer=text)])
+        assert (report.overall.fact_recall == 1.0) is found, text
+
+
+@pytest.mark.parametrize(
+    ("line", "named"),
+    [
+        ('{"id": "a", "canaries": ["x1234567"], "canaries": []}', "key 'canaries' is given twice"),
+        ("[" * 5000 + "]" * 5000, "nested too deeply"),
+        (json.dumps(dict(ANSWERABLE, canaries=["\u200b\u200b\u200b\u200b\u200b\u200b"])),
+         "is empty once case, spacing and invisible characters are set aside"),
+    ],
+)  # fmt: skip
+def test_a_suite_line_a_parser_would_misread_is_refused(
+    tmp_path: Path, line: str, named: str
+) -> None:
+    path = write(tmp_path, HEADER, line)
+    with pytest.raises(InputError) as refused:
+        load_suite(path)
+    assert named in str(refused.value)
+
+
+def test_a_threshold_count_is_a_number_and_a_line_break_inside_text_is_text(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(InputError, match="thresholds"):
+        load_suite(write(tmp_path, {"suite": "s", "thresholds": {"*": {"leaks": True}}},
+                         ANSWERABLE))  # fmt: skip
+    odd = dict(ANSWERABLE, question="Wire\u2028limit?")
+    assert load_suite(write(tmp_path, HEADER, odd)).cases[0].question == "Wire\u2028limit?"

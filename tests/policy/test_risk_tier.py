@@ -101,3 +101,29 @@ def test_a_high_risk_tool_is_refused_below_the_clearance_and_the_record_says_why
         "high",
         "DENY",
     )
+
+
+def test_a_high_risk_retrieve_tool_holds_on_every_search_path(deployment: Path) -> None:
+    # The manifest marks retrieve_documents itself high: a prefetch route and govrag search
+    # are decided as that tool's calls, so they are refused below the clearance too.
+    path = deployment / "manifests" / "retrieval.json"
+    manifest = json.loads(path.read_text())
+    for tool in manifest["tools"]:
+        if tool["name"] == "retrieve_documents":
+            tool["risk_tier"] = "high"
+    path.write_text(json.dumps(manifest))
+    route = json.loads((deployment / "routes" / "search.json").read_text())
+    prefetch = route | {
+        "route_id": "qa",
+        "intent": "qa",
+        "retrieval": {"mode": "deterministic_prefetch", "scope": ["policy"]},
+    }
+    (deployment / "routes" / "qa.json").write_text(json.dumps(prefetch))
+    with govrag.open(deployment) as app:
+        ana, cleo = (local_principal(app.settings, s) for s in ("ana", "cleo"))
+        searched = app.search(ana, "wire limit")
+        asked = app.ask(ana, "What is the wire limit?", route="qa")
+        cleared = app.search(cleo, "wire limit")
+    assert searched.results == () and [d.reason for d in searched.decisions] == ["classification"]
+    assert asked.abstained and [d.reason for d in asked.decisions] == ["classification"]
+    assert [h.doc_id for h in cleared.results] == ["wire"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -113,7 +114,7 @@ class Answer:
             "decisions": [asdict(d) for d in self.decisions],
             "packs": [p.model_dump(mode="json") for p in self.packs],
             "validation": self.validation.as_dict() if self.validation else None,
-            "claims": self.claims.model_dump(mode="json") if self.claims else None,
+            "claims": shown_claims(self.claims, self.abstained) if self.claims else None,
             "trace": self.trace,
         }
 
@@ -138,3 +139,17 @@ def cited(text: str, evidence: Sequence[tuple[str, PackChunk]]) -> tuple[list[Ci
                          c.writeback),
             )  # fmt: skip
     return list(out.values()), unknown
+
+
+def shown_claims(claims: ClaimReport, withheld: bool) -> dict[str, Any]:
+    """The claim check as a caller may see it: a sentence that was not delivered (every one
+    of a withheld answer, an unsupported one of a delivered answer) only as its SHA-256, with
+    the verdict and why; never the model's words the app withheld."""
+    shown = claims.model_dump(mode="json")
+    for claim in shown["claims"]:
+        if withheld or not claim["supported"]:
+            text = claim.pop("sentence")
+            claim["sentence_sha256"] = hashlib.sha256(text.encode()).hexdigest()
+            claim["unknown"], claim["missing"] = len(claim["unknown"]), len(claim["missing"])
+    shown["unsupported"] = [hashlib.sha256(t.encode()).hexdigest() for t in claims.unsupported]
+    return shown

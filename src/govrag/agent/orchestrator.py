@@ -217,13 +217,14 @@ class Orchestrator:
         return run.drafted(run.call_model(messages, [], stage="answer"), ())
 
     def _prefetch(self, run: Run, text: str | None) -> tuple[str, str | None]:
-        action = self.governed.retrieve_action(run.route)
+        action, tier = self.governed.retrieve_action(run.route)
         run.retrieve(
             [
-                Proposal(tool=PREFETCH, action=action, corpus=c, query=run.question)
+                Proposal(tool=PREFETCH, action=action, corpus=c, query=run.question,
+                         risk_tier=tier)
                 for c in run.session.retrieval.scope
             ]
-        )
+        )  # fmt: skip
         last = run.validations[-1] if run.validations else None
         if not run.evidence:
             return "", (last.reason if last else None) or denied_or(run, "no_evidence")
@@ -283,7 +284,8 @@ class Orchestrator:
             {
                 "response_id": response_id,
                 "retrievals": run.retrievals,
-                "unknown_citations": unknown,
+                # How many citations named no handed chunk (their text is the model's).
+                "unknown_citations": len(unknown),
                 "steps": run.steps,
                 "validation_passed": [v.validation_passed for v in run.validations],
                 "scope_violations": sum(v.scope_violation_count for v in run.validations),

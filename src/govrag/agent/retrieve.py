@@ -41,6 +41,7 @@ from govrag.types import (
     MetadataFilter,
     PackChunk,
     Principal,
+    RiskTier,
     SearchRequest,
     Strategy,
 )
@@ -157,10 +158,12 @@ class GovernedSearch:
             principal, request_id=request_id, route_id=route_id, session_id=session_id
         )
         with self.trail(principal, session, request_id) as where:
-            action = self.retrieve_action(self.route_of(session))
+            action, tier = self.retrieve_action(self.route_of(session))
             targets = corpora if corpora is not None else session.retrieval.scope
             proposals = [
-                Proposal(tool=RETRIEVE_TOOL, action=action, corpus=corpus, query=query)
+                Proposal(
+                    tool=RETRIEVE_TOOL, action=action, corpus=corpus, query=query, risk_tier=tier
+                )
                 for corpus in dict.fromkeys(targets)
             ]  # each once, in the caller's order
             return self.run(principal, session, request, proposals, request_id, where)
@@ -198,12 +201,14 @@ class GovernedSearch:
         return closing_trail(self.sessions.store, principal.tenant, request_id=request_id,
                              session_id=session.session_id)  # fmt: skip
 
-    def retrieve_action(self, route: Route) -> str:
-        """The PDP action of the route's ``retrieve_documents`` tool (its own name when the
-        route's manifest does not list it)."""
+    def retrieve_action(self, route: Route) -> tuple[str, RiskTier]:
+        """The PDP action and risk tier of the route's ``retrieve_documents`` tool (its own
+        name and ``low`` when the route's manifest does not list it): a search the app makes
+        for the caller (a prefetch, ``govrag search``) is decided as that tool's call, so a
+        policy on the tool's tier holds on every path."""
         manifest = self.sessions.config.manifests.get(route.tool_manifest)
         tool = manifest.tool(RETRIEVE_TOOL) if manifest else None
-        return tool.pdp_action if tool else RETRIEVE_TOOL
+        return (tool.pdp_action, tool.risk_tier) if tool else (RETRIEVE_TOOL, "low")
 
     def route_of(self, session: Session) -> Route:
         """The session's route row; a clear error when it was withdrawn since."""

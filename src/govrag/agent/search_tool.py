@@ -22,7 +22,7 @@ from govrag.agent.retrieve import RETRIEVE_TOOL
 from govrag.errors import InputError, describe_validation
 from govrag.policy.pep import Proposal
 from govrag.routes.models import Tool
-from govrag.types import MetadataFilter
+from govrag.types import MetadataFilter, RiskTier
 
 NAME = "search_knowledge"
 
@@ -83,8 +83,13 @@ class SearchPlan:
     proposals: list[Proposal]
 
 
-def search_request(arguments: dict[str, Any], scope: tuple[str, ...]) -> SearchPlan:
-    """The corpora, query and typed filters of checked ``arguments`` (schema-valid)."""
+def search_request(
+    arguments: dict[str, Any],
+    scope: tuple[str, ...],
+    action: tuple[str, RiskTier] = (RETRIEVE_TOOL, "low"),
+) -> SearchPlan:
+    """The corpora, query and typed filters of checked ``arguments`` (schema-valid); each
+    corpus is decided as ``action`` (the route's retrieve tool's PDP action and risk tier)."""
     query = str(arguments["query"])
     corpora = tuple(arguments.get("corpora") or scope)
     filters = []
@@ -95,5 +100,7 @@ def search_request(arguments: dict[str, Any], scope: tuple[str, ...]) -> SearchP
             raise InputError(
                 f"arguments of {NAME!r}: filters[{i}]: {describe_validation(exc)}"
             ) from exc
-    proposals = [Proposal(tool=NAME, action=RETRIEVE_TOOL, corpus=c, query=query) for c in corpora]
+    name, tier = action
+    proposals = [Proposal(tool=NAME, action=name, corpus=c, query=query, risk_tier=tier)
+                 for c in corpora]  # fmt: skip
     return SearchPlan(query=query, corpora=corpora, filters=tuple(filters), proposals=proposals)

@@ -210,7 +210,9 @@ class CallerTools:
             checked = self._checked(principal, session, request_id, name, arguments, offered)
             tool = checked.tool
             if tool is search_tool.TOOL:
-                plan = search_tool.search_request(checked.arguments, session.retrieval.scope)
+                plan = search_tool.search_request(
+                    checked.arguments, session.retrieval.scope,
+                    self._governed.retrieve_action(self._governed.route_of(session)))  # fmt: skip
                 request = tool_request(tool.name, query=plan.query, strategy=strategy,
                                        top_k=top_k, corpora=plan.corpora,
                                        filters=plan.filters)  # fmt: skip

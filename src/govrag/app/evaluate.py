@@ -24,9 +24,9 @@ from collections.abc import Callable, Iterable, Iterator
 
 from govrag.agent.answer import Answer
 from govrag.deployment import Deployment
-from govrag.errors import InputError, NotFoundError
-from govrag.eval.governance import CaseObservation, SuiteReport, plain, score
-from govrag.eval.suite import EvalCase, Suite, load_suite, suite_path
+from govrag.errors import GovragError, InputError, NotFoundError
+from govrag.eval.governance import CaseObservation, SuiteReport, score
+from govrag.eval.suite import EvalCase, Suite, load_suite, plain, suite_path
 from govrag.types import ChunkOrigin, Principal
 
 Progress = Callable[[str], None]
@@ -92,9 +92,17 @@ def _checked(dep: Deployment, suite: Suite, cases: Iterable[EvalCase]) -> dict[s
 def observe(dep: Deployment, case: EvalCase, principal: Principal) -> CaseObservation:
     """Ask ``case`` as ``principal`` and record what came back."""
     started = time.perf_counter()
-    answer = dep.orchestrator.ask(principal, case.question, route_id=case.route,
-                                  session_id=None, text=case.text)  # fmt: skip
+    try:
+        answer = dep.orchestrator.ask(principal, case.question, route_id=case.route,
+                                      session_id=None, text=case.text)  # fmt: skip
+    except GovragError as exc:  # a request that failed is a fault of the run, not an outcome
+        return CaseObservation(case_id=case.id, route=case.route, request_id=None,
+                               abstained=True, reason="error",
+                               errors=(f"{type(exc).__name__}: {exc}",))  # fmt: skip
     latency_ms = (time.perf_counter() - started) * 1000
+    errors = [f"the model failed ({answer.llm_fault})"] if answer.reason == "llm_error" else []
+    errors += [f"policy error deciding {d.corpus}" for d in answer.decisions
+               if d.reason == "policy_error"]  # fmt: skip
     chunks = sorted((c for p in answer.packs for c in p.chunks if c.origin is ChunkOrigin.SOURCE),
                     key=lambda c: -c.score)  # fmt: skip
     ranking = list(dict.fromkeys(c.doc_id for c in chunks))
@@ -110,7 +118,14 @@ def observe(dep: Deployment, case: EvalCase, principal: Principal) -> CaseObserv
         request_id=answer.request_id,
         abstained=answer.abstained,
         reason=answer.reason,
-        denied=tuple(dict.fromkeys(d.corpus for d in answer.decisions if d.verdict != "ALLOW")),
+        denied=tuple(
+            dict.fromkeys(
+                d.corpus
+                for d in answer.decisions
+                if d.verdict != "ALLOW" and d.reason != "policy_error"
+            )
+        ),
+        errors=tuple(errors),
         ranking=tuple(ranking),
         cited=tuple(dict.fromkeys(cited)),
         answer=answer.answer,
@@ -141,7 +156,8 @@ def _texts(value: object) -> Iterator[str]:
 def _out_of_scope(dep: Deployment, principal: Principal, route: str, answer: Answer
                   ) -> list[str]:  # fmt: skip
     scope = set(dep.config.routes[route].retrieval.scope)
-    allowed = {d.corpus for d in answer.decisions if d.verdict == "ALLOW"}
+    # Only a retrieve's ALLOW lets a corpus's chunks be delivered (a listing's does not).
+    allowed = {d.corpus for d in answer.decisions if d.verdict == "ALLOW" and d.kind == "retrieve"}
     delivered = {(c.source_system, c.doc_id, c.corpus) for p in answer.packs for c in p.chunks
                  if c.origin is ChunkOrigin.SOURCE}  # fmt: skip
     delivered |= {(c.source_system, c.doc_id, c.corpus) for c in answer.citations

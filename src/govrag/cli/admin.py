@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -167,6 +169,10 @@ def _suite(suite: str | None, route: str | None, report: Path | None,
     from govrag.eval.report import markdown
 
     say = lambda msg: err.print(msg, highlight=False)  # noqa: E731
+    if report is not None and not (report.parent.is_dir() and os.access(report.parent, os.W_OK)):
+        # Before the run, not after it: a long run's figures are never lost to a typo.
+        fail(InputError(f"cannot write the report to {report}: its folder does not exist or "
+                        "is not writable; name another --report"))  # fmt: skip
     with open_app(deployment) as app:
         result = guard(lambda: app.evaluate_suite(suite, route=route, progress=say))
     text = markdown(result)
@@ -178,7 +184,7 @@ def _suite(suite: str | None, route: str | None, report: Path | None,
     if as_json:
         emit(as_dict(result))
     else:
-        Console().print(text, markup=False, highlight=False)
+        sys.stdout.write(text)  # as written: a table wrapped to the terminal is no table
     if not result.passed:
         err.print(f"suite {result.suite!r} missed {len(result.failures)} threshold(s)",
                   highlight=False)  # fmt: skip

@@ -10,8 +10,10 @@ overall, and the figures meet the suite's thresholds:
   answer, computed by ``ir-measures`` (trec_eval's definitions; extra ``eval``);
 - **scope violations** (a delivered chunk outside the route, of a denied corpus, or one the
   principal may not read) and **leaks** (a canary seen): counts that must be 0;
-- **abstention precision and recall** against ``expect: abstain``; **deny correctness**, the
-  share of cases whose deny-or-not matches ``expect``;
+- **abstention precision and recall** against ``expect: abstain``; **deny correctness**, over
+  the cases expected to be denied or denied: the share that were both;
+- **errors**: cases that ended in a fault (the model, the policy engine, the request), not in
+  a governed outcome: a count that must be 0;
 - **citation precision** (cited documents that are relevant), **support rate** (cited,
   asserting sentences the claim check supported), **fact recall** (expected facts found in the
   answer), **hint correctness** (the hidden-item hint where a case expects it, and only there),
@@ -24,7 +26,6 @@ sets it meant to measure it.
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,13 +33,13 @@ from pydantic import BaseModel, ConfigDict
 
 from govrag.errors import MissingExtraError
 from govrag.eval.metrics import percentile
-from govrag.eval.suite import ALL_ROUTES, EvalCase, Outcome, Suite, Thresholds
+from govrag.eval.suite import ALL_ROUTES, EvalCase, Outcome, Suite, Thresholds, plain
 
 #: The figures a threshold may name with a minimum (the rest are maximums).
 MINIMUMS = ("recall_at_k", "ndcg_at_k", "abstention_precision", "abstention_recall",
             "deny_correctness", "citation_precision", "support_rate", "fact_recall",
             "hint_correctness")  # fmt: skip
-MAXIMUMS = ("scope_violations", "leaks")
+MAXIMUMS = ("errors", "scope_violations", "leaks")
 
 
 class _Record(BaseModel):
@@ -53,8 +54,12 @@ class CaseObservation(_Record):
     request_id: str | None
     abstained: bool
     reason: str | None
-    #: The corpora the policy gate refused on the request.
+    #: The corpora the policy gate refused on the request (a policy error is no refusal: it
+    #: is in ``errors``).
     denied: tuple[str, ...] = ()
+    #: What went wrong that is no governed outcome: a model fault (``llm_error``), a policy
+    #: engine error, a request that failed. A run with any fails.
+    errors: tuple[str, ...] = ()
     #: The evidence's documents, best first (each once).
     ranking: tuple[str, ...] = ()
     cited: tuple[str, ...] = ()
@@ -72,6 +77,8 @@ class CaseObservation(_Record):
 
 class Figures(_Record):
     cases: int
+    #: Cases that ended in a fault (model, policy engine, request), not a governed outcome.
+    errors: int
     recall_at_k: float | None
     ndcg_at_k: float | None
     scope_violations: int
@@ -173,16 +180,19 @@ def _figures(pairs: Sequence[tuple[EvalCase, CaseObservation]],
     facts = [(f, o) for c, o in pairs for f in c.facts]
     hinted = [c.hint == o.hint for c, o in pairs if c.hint is not None]
     latencies = [o.latency_ms for _, o in pairs]
-    denied_right = sum(1 for c, _ in pairs if (c.expect == "deny") == (got[c.id] == "deny"))
+    # Over the cases that should be denied or were: unrelated answers do not dilute it.
+    deny_cases = [c for c, _ in pairs if c.expect == "deny" or got[c.id] == "deny"]
+    denied_right = sum(1 for c in deny_cases if c.expect == got[c.id] == "deny")
     return Figures(
         cases=len(pairs),
+        errors=sum(1 for _, o in pairs if o.errors),
         recall_at_k=_mean([r["recall"] for r in judged]),
         ndcg_at_k=_mean([r["ndcg"] for r in judged]),
         scope_violations=sum(len(o.scope_violations) for _, o in pairs),
         leaks=sum(len(o.leaks) for _, o in pairs),
         abstention_precision=_share(hits, len(abstained)),
         abstention_recall=_share(hits, len(expected)),
-        deny_correctness=_share(denied_right, len(pairs)),
+        deny_correctness=_share(denied_right, len(deny_cases)),
         citation_precision=_share(cited_relevant, cited),
         support_rate=_share(sum(o.claims_supported for _, o in pairs), checked),
         fact_recall=_share(sum(1 for f, o in facts if has_fact(o.answer, f)), len(facts)),
@@ -227,6 +237,7 @@ def _misses(case: EvalCase, o: CaseObservation) -> tuple[str, ...]:
     out += [f"missing fact {f!r}" for f in case.facts if not has_fact(o.answer, f)]
     if case.hint is not None and case.hint != o.hint:
         out.append("the hidden-item hint " + ("is missing" if case.hint else "appeared"))
+    out += [f"error: {e}" for e in o.errors]
     out += [f"scope violation: {v}" for v in o.scope_violations]
     out += [f"leaked canary {c!r}" for c in o.leaks]
     if case.relevant and o.cited and not set(o.cited) & set(case.relevant):
@@ -235,19 +246,13 @@ def _misses(case: EvalCase, o: CaseObservation) -> tuple[str, ...]:
 
 
 def has_fact(answer: str, fact: str) -> bool:
-    """Whether ``answer`` states ``fact`` (case, spacing and thousands separators aside)."""
-    return plain(fact) in plain(answer)
-
-
-def plain(text: str) -> str:
-    """``text`` as facts and canaries are compared: compatibility forms folded (NFKC), case
-    folded, invisible format characters (zero-width spaces, ...) dropped, every run of white
-    space one space, and a comma or space between thousands dropped. A canary written one way
-    is found however a document or an answer spells its spacing or case."""
-    text = unicodedata.normalize("NFKC", text).casefold()
-    text = "".join(c for c in text if unicodedata.category(c) != "Cf")
-    text = re.sub(r"(?<=\d)[,\u202f\u00a0 ](?=\d{3}\b)", "", text)
-    return " ".join(text.split())
+    """Whether ``answer`` states ``fact`` (case, spacing and thousands separators aside), as
+    whole words: "EUR 50,000" is not found in "EUR 500,000"."""
+    wanted = plain(fact)
+    return (
+        bool(wanted)
+        and re.search(rf"(?<![\w.,]){re.escape(wanted)}(?![\w]|[.,]\d)", plain(answer)) is not None
+    )
 
 
 def _mean(values: list[float]) -> float | None:

@@ -9,6 +9,7 @@ from govrag.eval.governance import Figures, SuiteReport
 #: (column title, figure) in the order of the tables.
 COLUMNS = [
     ("cases", "cases"),
+    ("errors", "errors"),
     ("recall@k", "recall_at_k"),
     ("nDCG@k", "ndcg_at_k"),
     ("scope violations", "scope_violations"),

@@ -21,10 +21,18 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+)
 
 from govrag.errors import InputError, describe_validation
 
@@ -42,7 +50,7 @@ class _Record(BaseModel):
 
 class Thresholds(_Record):
     """What a run must meet (each ``None``: not checked). Minimums are fractions in 0..1;
-    scope violations and leaks are maximums, 0 unless a suite says otherwise."""
+    errors, scope violations and leaks are maximums, 0 unless a suite says otherwise."""
 
     recall_at_k: float | None = Field(default=None, ge=0.0, le=1.0)
     ndcg_at_k: float | None = Field(default=None, ge=0.0, le=1.0)
@@ -53,8 +61,9 @@ class Thresholds(_Record):
     support_rate: float | None = Field(default=None, ge=0.0, le=1.0)
     fact_recall: float | None = Field(default=None, ge=0.0, le=1.0)
     hint_correctness: float | None = Field(default=None, ge=0.0, le=1.0)
-    scope_violations: int = Field(default=0, ge=0)
-    leaks: int = Field(default=0, ge=0)
+    errors: int = Field(default=0, ge=0, strict=True)
+    scope_violations: int = Field(default=0, ge=0, strict=True)
+    leaks: int = Field(default=0, ge=0, strict=True)
 
 
 class SuiteHeader(_Record):
@@ -88,11 +97,44 @@ class EvalCase(_Record):
     #: Strings that must never appear in anything the caller gets back.
     canaries: tuple[Annotated[str, StringConstraints(min_length=6)], ...] = ()
 
+    @field_validator("facts", "canaries")
+    @classmethod
+    def _visible(cls, values: tuple[str, ...]) -> tuple[str, ...]:
+        for value in values:
+            if not plain(value):
+                raise ValueError(f"{value!r} is empty once case, spacing and invisible "
+                                 "characters are set aside; write visible text")  # fmt: skip
+        return values
+
 
 class Suite(_Record):
     header: SuiteHeader
     cases: tuple[EvalCase, ...]
     path: str
+
+
+def plain(text: str) -> str:
+    """``text`` as facts and canaries are compared: compatibility forms folded (NFKC), case
+    folded, invisible format characters (zero-width spaces, ...) dropped, every run of white
+    space one space, and a comma or space between thousands dropped. A canary written one way
+    is found however a document or an answer spells its spacing or case."""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    text = "".join(c for c in text if unicodedata.category(c) != "Cf")
+    text = re.sub(r"(?<=\d)[,\u202f\u00a0 ](?=\d{3}\b)", "", text)
+    return " ".join(text.split())
+
+
+class _Duplicate(Exception):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Duplicate(key)
+        out[key] = value
+    return out
 
 
 def suite_path(deployment: Path, suite_id: str) -> Path:
@@ -106,7 +148,8 @@ def suite_path(deployment: Path, suite_id: str) -> Path:
 def load_suite(path: Path) -> Suite:
     """The suite in ``path``; any bad line is an :class:`InputError` naming it."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        # JSON Lines end at "\n" only (a U+2028 inside a string is text, not a line break).
+        lines = path.read_text(encoding="utf-8").split("\n")
     except FileNotFoundError:
         raise InputError(f"no eval suite {path}; write one (docs/eval.md) or pick another "
                          f"--suite from {path.parent}") from None  # fmt: skip
@@ -120,9 +163,14 @@ def load_suite(path: Path) -> Suite:
             continue
         where = f"{path}, line {number}"
         try:
-            record = json.loads(line)
+            record = json.loads(line, object_pairs_hook=_no_duplicates)
         except json.JSONDecodeError as exc:
             raise InputError(f"{where}: not JSON ({exc.msg}); one JSON object a line") from None
+        except _Duplicate as exc:
+            raise InputError(f"{where}: key {exc.args[0]!r} is given twice; give each once "
+                             "(the second would silently win)") from None  # fmt: skip
+        except RecursionError:
+            raise InputError(f"{where}: nested too deeply to be a case") from None
         try:
             if header is None:
                 header = SuiteHeader.model_validate(record)

@@ -112,7 +112,8 @@ def _http_url(value: str) -> str:
 
 class LlmProfile(Section):
     """``[llm.profiles.<name>]``: a model a route picks with its ``model_profile``; each key
-    left out is ``[llm]``'s."""
+    left out is ``[llm]``'s, except ``api_key_env`` for a profile with a ``base_url`` of its
+    own (a key is sent only to the server it was named for)."""
 
     provider: Literal["extractive", "openai"] | None = None
     base_url: str | None = None
@@ -178,6 +179,9 @@ class LlmSettings(Section):
         if chosen is None:
             return None
         update = {k: v for k, v in chosen.model_dump().items() if v is not None}
+        if chosen.base_url not in (None, self.base_url) and chosen.api_key_env is None:
+            # A key goes only where it was named for: [llm]'s key never to a profile's server.
+            update["api_key_env"] = None
         return self.model_copy(update=update | {"profiles": {}})
 
 
