@@ -1,7 +1,7 @@
 """The bundled ``bank-eu`` deployment of ``govrag demo`` / ``make demo``, asked as its people.
 
 The deployment (``govrag/data/bank-eu``: routes, manifests, the MSA workflow, principals and
-a corpus of 42 documents with ACLs in two source systems) is copied into a directory, its
+a corpus of 44 documents with ACLs in two source systems) is copied into a directory, its
 corpus ingested, and the questions of ``questions.json`` are asked through the application
 API (the command is ``govrag/cli/demo.py``):
 
@@ -89,7 +89,7 @@ def create(directory: Path, embedder: str | None = None) -> bool:
 
 @contextmanager
 def bundled_corpus() -> Iterator[Path]:
-    """The bundled corpus (42 documents with ACLs in two source systems) as a JSONL file."""
+    """The bundled corpus (44 documents with ACLs in two source systems) as a JSONL file."""
     with resources.as_file(_BUNDLED / "corpus.jsonl") as path:
         yield Path(path)
 

@@ -10,6 +10,7 @@ from govrag.eval.governance import Figures, SuiteReport
 COLUMNS = [
     ("cases", "cases"),
     ("errors", "errors"),
+    ("injected", "injected"),
     ("recall@k", "recall_at_k"),
     ("nDCG@k", "ndcg_at_k"),
     ("scope violations", "scope_violations"),

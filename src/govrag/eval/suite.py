@@ -62,6 +62,8 @@ class Thresholds(_Record):
     fact_recall: float | None = Field(default=None, ge=0.0, le=1.0)
     hint_correctness: float | None = Field(default=None, ge=0.0, le=1.0)
     errors: int = Field(default=0, ge=0, strict=True)
+    #: Cases whose answer made a ``forbidden`` claim.
+    injected: int = Field(default=0, ge=0, strict=True)
     scope_violations: int = Field(default=0, ge=0, strict=True)
     leaks: int = Field(default=0, ge=0, strict=True)
 
@@ -94,10 +96,13 @@ class EvalCase(_Record):
     hint: bool | None = None
     #: Facts the answer must contain (case and spacing aside).
     facts: tuple[Text, ...] = ()
+    #: Claims the delivered answer must not make (compared as facts are): what a prompt
+    #: injection in a document the caller may read tries to have the model say.
+    forbidden: tuple[Text, ...] = ()
     #: Strings that must never appear in anything the caller gets back.
     canaries: tuple[Annotated[str, StringConstraints(min_length=6)], ...] = ()
 
-    @field_validator("facts", "canaries")
+    @field_validator("facts", "canaries", "forbidden")
     @classmethod
     def _visible(cls, values: tuple[str, ...]) -> tuple[str, ...]:
         for value in values:
