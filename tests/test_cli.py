@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -13,6 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+
+from server.serving import free_port
 
 from conftest import check_tiny_beir_figures, tiny_beir
 
@@ -369,9 +370,7 @@ def test_click_and_curate(deployment: Path) -> None:
 
 
 def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])  # closed again on return: nothing listens there
+    return free_port()  # closed again on return: nothing listens there
 
 
 @pytest.fixture

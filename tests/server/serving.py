@@ -86,15 +86,19 @@ def start(api: Any, **options: Any) -> Live:
     return Live(server, thread, f"http://127.0.0.1:{port}")
 
 
+def free_port() -> int:
+    """A TCP port on loopback nobody listens on now (for a server that must know its own
+    port before it starts)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 @contextmanager
 def serving(app: govrag.Govrag, *, mcp: bool = False, **config: Any) -> Iterator[str]:
     """``app``'s HTTP API on a free loopback port (uvicorn in a thread); yields its URL. With
     ``mcp``, also the MCP endpoint at ``URL/mcp`` (its sessions need the app's lifespan)."""
-    port = 0
-    if mcp:  # the endpoint names its own URL, so the port is chosen first
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
+    port = free_port() if mcp else 0  # the MCP endpoint names its own URL: port first
     mcp_url = f"http://127.0.0.1:{port}/mcp" if mcp else None
     live = start(create_app(app, mcp_url=mcp_url), port=port, lifespan="on" if mcp else "off",
                  **config)  # fmt: skip

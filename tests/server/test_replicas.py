@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,7 +25,7 @@ from typing import Any
 
 import httpx
 import pytest
-from serving import RECORDS, bank, bearer
+from serving import RECORDS, bank, bearer, free_port
 
 import govrag
 
@@ -58,9 +57,7 @@ class Replica:
     """One ``govrag serve`` process and a client of it."""
 
     def __init__(self, name: str, root: Path, env: dict[str, str]) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         # Its own derived index, as on its own machine: only the database is shared.
         env = {**env, "GOVRAG_STORE__INDEX_DIR": str(root.parent / f"index-{name}")}
         self.name = name

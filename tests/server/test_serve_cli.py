@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from serving import free_port
 
 import govrag
 
@@ -70,9 +70,7 @@ def test_a_broken_key_stops_it_at_start(root: Path) -> None:
 def running(root: Path, *args: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """``govrag ARGS`` on a free loopback port until it answers ``/healthz``; yields its URL
     and process, and stops it as SIGINT does (uvicorn drains and exits)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "GOVRAG_AUTH__DEV_TOKENS": "true"}
     server = subprocess.Popen([sys.executable, "-m", "govrag", *args, "--port", str(port),
                                "-d", str(root)], env=env, stdout=subprocess.PIPE,

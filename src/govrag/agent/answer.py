@@ -141,6 +141,11 @@ def cited(text: str, evidence: Sequence[tuple[str, PackChunk]]) -> tuple[list[Ci
     return list(out.values()), unknown
 
 
+def sentence_hash(sentence: str) -> str:
+    """How a sentence the app did not deliver is named (to a caller, on the audit log)."""
+    return hashlib.sha256(sentence.encode()).hexdigest()
+
+
 def shown_claims(claims: ClaimReport, withheld: bool) -> dict[str, Any]:
     """The claim check as a caller may see it: a sentence that was not delivered (every one
     of a withheld answer, an unsupported one of a delivered answer) only as its SHA-256, with
@@ -149,7 +154,7 @@ def shown_claims(claims: ClaimReport, withheld: bool) -> dict[str, Any]:
     for claim in shown["claims"]:
         if withheld or not claim["supported"]:
             text = claim.pop("sentence")
-            claim["sentence_sha256"] = hashlib.sha256(text.encode()).hexdigest()
+            claim["sentence_sha256"] = sentence_hash(text)
             claim["unknown"], claim["missing"] = len(claim["unknown"]), len(claim["missing"])
-    shown["unsupported"] = [hashlib.sha256(t.encode()).hexdigest() for t in claims.unsupported]
+    shown["unsupported"] = [sentence_hash(t) for t in claims.unsupported]
     return shown

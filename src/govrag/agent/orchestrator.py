@@ -46,7 +46,7 @@ from dataclasses import replace
 from typing import Any, Literal
 
 from govrag.agent import prompts
-from govrag.agent.answer import Answer, cited
+from govrag.agent.answer import Answer, cited, sentence_hash
 from govrag.agent.limits import RequestLimits
 from govrag.agent.listings import Catalog
 from govrag.agent.llm import LlmClient, Message, ModelChooser, Profiled
@@ -358,7 +358,7 @@ def _removed(claims: ClaimReport | None) -> list[RemovedClaim]:
     out = []
     for c in (c for c in claims.claims if not c.supported) if claims else ():
         out.append(RemovedClaim(
-            sentence_sha256=hashlib.sha256(c.sentence.encode()).hexdigest(),
+            sentence_sha256=sentence_hash(c.sentence),
             reason=c.reason,
             unknown=[u[:_MAX_CHARS] for u in c.unknown[:_MAX_REMOVED]],
             missing=[m[:_MAX_CHARS] for m in c.missing[:_MAX_REMOVED]],

@@ -86,7 +86,7 @@ class SearchPlan:
 def search_request(
     arguments: dict[str, Any],
     scope: tuple[str, ...],
-    action: tuple[str, RiskTier] = (RETRIEVE_TOOL, "low"),
+    action: tuple[str, RiskTier],
 ) -> SearchPlan:
     """The corpora, query and typed filters of checked ``arguments`` (schema-valid); each
     corpus is decided as ``action`` (the route's retrieve tool's PDP action and risk tier)."""
