@@ -40,7 +40,7 @@ DESCRIPTIONS = {
     "clause-index": "Clauses of supplier master services agreements (MSA)",
     "legal-playbook": "The bank's negotiation positions for MSA clauses",
 }
-FILES = ("principals.json", "routes", "manifests", "workflows", "evals", "prompts")
+FILES = ("principals.json", "routes", "manifests", "workflows", "evals", "prompts", "schemas")
 _BUNDLED = resources.files("govrag") / "data" / "bank-eu"
 
 

@@ -51,6 +51,8 @@ WORKFLOW = {
         {"id": "memo", "tool": "draft_memo", "llm_role": "synthesis"},
     ],
 }  # fmt: skip
+MEMO = {"type": "object", "required": ["summary"],
+        "properties": {"summary": {"type": "string"}}}  # fmt: skip
 POLICY = """
 permit(principal, action, resource)
 when { context.entitled };
@@ -76,6 +78,7 @@ def deployment(tmp_path: Path) -> Path:
     )
     for prompt in ("policy_qa_grounded_v1", "msa_risk_review_v1"):
         write(tmp_path / "prompts" / f"{prompt}.txt", "Answer briefly.")
+    write(tmp_path / "schemas" / "msa_memo_v1.json", MEMO)
     return tmp_path
 
 

@@ -60,6 +60,9 @@ class Answer:
     #: For ``llm_error``: the operator's message (URL, setting to fix, the server's words).
     #: Never part of :meth:`as_dict`: edges show it to operators (stderr, logs), not callers.
     llm_detail: str | None = field(default=None, repr=False)
+    #: A route with an output schema: the delivered answer as its JSON object (``answer`` is
+    #: the same object as text). ``None`` for text answers and for every abstention.
+    structured: dict[str, Any] | None = None
 
     @property
     def llm_fault(self) -> str | None:
@@ -94,6 +97,7 @@ class Answer:
             "route_id": self.route_id,
             "pattern": self.pattern,
             "answer": self.answer,
+            "structured": self.structured,
             "abstained": self.abstained,
             "reason": self.reason,
             "llm_fault": self.llm_fault,

@@ -14,7 +14,11 @@ results), never from the caller's text. It never invents a fact:
   query);
 - otherwise it answers extractively: the sentences of the evidence (context chunks in the
   prompt, pack observations in tool messages) that share the most words with the question,
-  each followed by its chunk id in brackets, or says the evidence does not answer.
+  each followed by its chunk id in brackets, or says the evidence does not answer;
+- shown an output schema (:data:`~govrag.agent.prompts.OUTPUT_SCHEMA_MARK`), it fills it: each
+  free-text field with the best sentence not used yet for the question and the field's name
+  and description (cited), each listed choice with the first value the schema lists, each
+  array with its fewest items (at least one).
 
 The default in tests and ``make demo``; configure ``[llm] provider = "openai"`` for a model.
 """
@@ -22,12 +26,18 @@ The default in tests and ``make demo``; configure ``[llm] provider = "openai"`` 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from govrag.agent.llm import LlmReply, Message, ToolCall
-from govrag.agent.prompts import CONTEXT_LINE, QUERY_FORMULATION_MARK, caller_parts
+from govrag.agent.prompts import (
+    CONTEXT_LINE,
+    OUTPUT_SCHEMA_MARK,
+    QUERY_FORMULATION_MARK,
+    caller_parts,
+)
 
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9\-]*")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
@@ -65,7 +75,7 @@ class ExtractiveResponder:
         stop: Sequence[str] = (),
     ) -> LlmReply:
         """Deterministic: ``max_tokens`` and ``stop`` do not apply (nothing is generated)."""
-        user = _last(messages, "user")
+        user = _caller_message(messages)
         parts = caller_parts(user)
         question, text = parts.get("question", user), parts.get("text", "")
         system = "\n".join(str(m.get("content") or "") for m in messages if m["role"] == "system")
@@ -75,6 +85,11 @@ class ExtractiveResponder:
         calls = self._proposals(messages, tools, question)
         if calls:
             return LlmReply(tool_calls=tuple(calls), model=self.name)
+        schema = _output_schema(system)
+        if schema is not None:
+            filler = _Filler(terms(question), list(_evidence(messages)), text)
+            shaped = filler.value(schema, frozenset())
+            return LlmReply(text=json.dumps(shaped, ensure_ascii=False), model=self.name)
         return LlmReply(text=self._answer(messages, question, text), model=self.name)
 
     # -- proposing ---------------------------------------------------------------------------
@@ -122,10 +137,13 @@ class ExtractiveResponder:
 
 
 def _best_sentences(
-    wanted: set[str] | None, sources: Iterable[tuple[str, str]]
+    wanted: set[str] | None,
+    sources: Iterable[tuple[str, str]],
+    limit: int = MAX_SENTENCES,
+    least: int = 1,
 ) -> list[tuple[str, str]]:
-    """The ``MAX_SENTENCES`` sentences sharing the most words with ``wanted`` (the first
-    sentences when ``wanted`` is ``None``), in rank order, as ``(sentence, source id)``."""
+    """The ``limit`` sentences sharing the most words (``least`` or more) with ``wanted`` (the
+    first sentences when ``wanted`` is ``None``), in rank order, as ``(sentence, source id)``."""
     scored: list[tuple[int, int, str, str]] = []
     for order, (source_id, text) in enumerate(sources):
         for n, sentence in enumerate(_SENTENCE.split(text)):
@@ -133,21 +151,100 @@ def _best_sentences(
             if not sentence:
                 continue
             overlap = len(wanted & terms(sentence)) if wanted is not None else 1
-            if overlap:
+            if overlap >= least:
                 scored.append((-overlap, order * 10_000 + n, sentence, source_id))
     scored.sort()
     out = []
-    for _, _, sentence, source_id in scored[:MAX_SENTENCES]:
+    for _, _, sentence, source_id in scored[:limit]:
         end = "" if sentence.endswith((".", "!", "?")) else "."
         out.append((f"{sentence}{end}", source_id))
     return out
 
 
-def _last(messages: Sequence[Message], role: str) -> str:
-    for m in reversed(messages):
-        if m["role"] == role:
-            return str(m.get("content") or "")
-    return ""
+class _Filler:
+    """Fills an output schema from the evidence (see the module docstring). Fields rank
+    sentences by the shared words that are rare across the chunks (a word of every chunk's
+    heading says nothing about which sentence a field wants)."""
+
+    def __init__(self, wanted: set[str], sources: list[tuple[str, str]], text: str) -> None:
+        self.wanted = frozenset(wanted)
+        quoted = sources or ([("", text)] if text else [])
+        self.sentences = [(s, cid, frozenset(terms(s))) for cid, t in quoted
+                          for s in (p.strip() for p in _SENTENCE.split(t)) if s]  # fmt: skip
+        # Rarity across chunks: a word every chunk has (its heading's) weighs nothing.
+        df: dict[str, int] = {}
+        for _, t in quoted:
+            for term in terms(t):
+                df[term] = df.get(term, 0) + 1
+        self.weight = {term: math.log(len(quoted) / count) for term, count in df.items()}
+        self.used: set[int] = set()
+
+    def value(self, schema: Any, hint: frozenset[str]) -> Any:
+        if not isinstance(schema, dict):
+            return None
+        if "const" in schema:
+            return schema["const"]
+        if isinstance(schema.get("enum"), list) and schema["enum"]:
+            return schema["enum"][0]
+        kind = schema.get("type")
+        if kind == "object":
+            props = schema.get("properties") or {}
+            return {name: self.value(sub, hint | _about(name, sub))
+                    for name, sub in props.items()}  # fmt: skip
+        if kind == "array":
+            count = max(int(schema.get("minItems", 1)), 1)
+            return [self.value(schema.get("items"), hint) for _ in range(count)]
+        if kind == "string":
+            return self.prose(hint, schema.get("maxLength"))
+        return False if kind == "boolean" else None
+
+    def prose(self, hint: frozenset[str], longest: Any) -> str:
+        """The best sentence not used yet (else the best) for the question and ``hint``,
+        cited; the question's words count double."""
+
+        def score(i: int) -> float:
+            seen = self.sentences[i][2]
+            return sum(self.weight[t] for t in seen & self.wanted) * 2 + sum(
+                self.weight[t] for t in seen & hint
+            )
+
+        ranked = sorted(range(len(self.sentences)), key=lambda i: (-score(i), i))
+        shown = {i: self._cited(i) for i in ranked}
+        if isinstance(longest, int):
+            ranked = [i for i in ranked if len(shown[i]) <= longest]
+        fresh = [i for i in ranked if i not in self.used] or ranked
+        if not fresh:
+            return NO_ANSWER
+        self.used.add(fresh[0])
+        return shown[fresh[0]]
+
+    def _cited(self, i: int) -> str:
+        sentence, chunk_id, _ = self.sentences[i]
+        end = "" if sentence.endswith((".", "!", "?")) else "."
+        return f"{sentence}{end} [{chunk_id}]" if chunk_id else f"{sentence}{end}"
+
+
+def _about(name: str, schema: Any) -> frozenset[str]:
+    described = schema.get("description", "") if isinstance(schema, dict) else ""
+    return frozenset(terms(f"{name.replace('_', ' ')} {described}"))
+
+
+def _output_schema(system: str) -> Any:
+    """The output schema shown in the system message (one line of JSON), if any."""
+    for line in system.splitlines():
+        if line.startswith(OUTPUT_SCHEMA_MARK):
+            try:
+                return json.loads(line[len(OUTPUT_SCHEMA_MARK) :])
+            except ValueError:
+                return None
+    return None
+
+
+def _caller_message(messages: Sequence[Message]) -> str:
+    """The last user message that holds the caller's fenced parts (a repair note after it
+    is the app's), else the last user message."""
+    users = [str(m.get("content") or "") for m in messages if m["role"] == "user"]
+    return next((u for u in reversed(users) if caller_parts(u)), users[-1] if users else "")
 
 
 def _properties(tool: dict[str, Any]) -> dict[str, Any]:

@@ -28,38 +28,34 @@ When the tenant's store is empty, no search tool is offered and no search is mad
 answers from general knowledge and the answer is marked ungrounded. What the caller sent (the
 question, ``text``) reaches a model only fenced as untrusted data (:func:`prompts.caller_message`).
 
-An answer on a knowledge route is delivered only with citations of the validated evidence
-handed to the call that wrote it, each sentence checked against what it cites
-(:func:`~govrag.validation.check_claims`: forged citations, figures, dates, names, negations).
-Unsupported sentences are removed and the answer flagged, or the answer abstains
-(``[validation] unsupported_claims``); with no supported cited sentence left it abstains.
+What the model wrote reaches the caller only through :mod:`govrag.agent.delivery`: the claim
+check against the evidence handed to the call that wrote it, the output schema's shape, the
+abstentions and escalations, the ``response`` record.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import secrets
-import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Literal
 
 from govrag.agent import prompts
-from govrag.agent.answer import Answer, cited, sentence_hash
+from govrag.agent.answer import Answer
+from govrag.agent.delivery import Delivery, llm_failure
 from govrag.agent.limits import RequestLimits
 from govrag.agent.listings import Catalog
 from govrag.agent.llm import LlmClient, Message, ModelChooser, Profiled
-from govrag.agent.retrieve import GovernedSearch, merged_hidden
+from govrag.agent.retrieve import GovernedSearch
 from govrag.agent.run import PREFETCH, Run, ToolExecutor, denied_or
 from govrag.agent.steps import Steps
 from govrag.agent.workflow import run_workflow
-from govrag.audit.events import EscalationEvent, RemovedClaim, ResponseEvent
-from govrag.errors import TRANSIENT_LLM_FAULTS, LlmError
+from govrag.errors import LlmError
 from govrag.policy.pep import Proposal
 from govrag.routes.session import Session
-from govrag.types import ChunkOrigin, Principal, Strategy
-from govrag.validation import AuditSink, ClaimReport, check_claims, remove_unsupported
+from govrag.types import Principal, Strategy
+from govrag.validation import AuditSink
 
 log = logging.getLogger("govrag.agent")
 
@@ -90,13 +86,15 @@ class Orchestrator:
         self.models = models
         self.audit = audit
         self.is_empty = is_empty
-        self.record_access = record_access
         self.executors = dict(executors or {})
         self.strategy = strategy
         self.top_k = top_k
         self.limits = limits or RequestLimits()
-        self.claim_min_overlap = claim_min_overlap
-        self.unsupported_claims = unsupported_claims
+        #: The last gate: claim check, shape, abstentions, the ``response`` record.
+        self.delivery = Delivery(max_contacts=governed.pep.markers.max_contacts,
+                                 record_access=record_access,
+                                 claim_min_overlap=claim_min_overlap,
+                                 unsupported_claims=unsupported_claims)  # fmt: skip
         #: The steps every pattern is made of (shared with the workflow runner).
         self.steps = Steps(governed, catalog=catalog, executors=self.executors,
                            limits=self.limits)  # fmt: skip
@@ -162,6 +160,7 @@ class Orchestrator:
             max_tokens=chosen.max_tokens,
             model_profile=chosen.profile,
             prompt=self.config.prompts.get(route.prompt_id) if route.prompt_id else None,
+            output_schema=self.config.schemas.get(route.output_schema_id or ""),
         )
         mode = session.retrieval.mode
         workflow = self.config.workflows.get(route.workflow_id) if route.workflow_id else None
@@ -200,10 +199,10 @@ class Orchestrator:
             # the audit trail (``llm_result``); the caller learns only the class of fault.
             log.error("request %s: the model failed (%s): %s", request_id, exc.fault, exc)
             run.trace["llm_fault"] = exc.fault
-            reply, reason = _llm_failure(exc.fault, request_id), "llm_error"
+            reply, reason = llm_failure(exc.fault, request_id), "llm_error"
             detail = str(exc)
         where["stage"] = "delivery"
-        answer = self._deliver(run, pattern, reply, reason, grounded)
+        answer = self.delivery.deliver(run, pattern, reply, reason, grounded)
         return replace(answer, llm_detail=detail) if detail else answer
 
     # -- patterns ----------------------------------------------------------------------------
@@ -214,7 +213,7 @@ class Orchestrator:
             {"role": "user", "content": prompts.caller_message(run.question, text)},
         ]
         # No tools: a no-retrieval route offers none, and an empty store offers no search.
-        return run.drafted(run.call_model(messages, [], stage="answer"), ())
+        return run.drafted(run.call_model(messages, [], stage="answer"), (), messages)
 
     def _prefetch(self, run: Run, text: str | None) -> tuple[str, str | None]:
         action, tier = self.governed.retrieve_action(run.route)
@@ -229,182 +228,3 @@ class Orchestrator:
         if not run.evidence:
             return "", (last.reason if last else None) or denied_or(run, "no_evidence")
         return self.steps.synthesize(run, text), None
-
-    # -- delivery ----------------------------------------------------------------------------
-    def _deliver(
-        self, run: Run, pattern: str, reply: str, reason: str | None, grounded: bool
-    ) -> Answer:
-        # Only the evidence handed to the call that wrote the reply may be cited: not the
-        # caller's text, not a pack another call saw.
-        handed = run.handed(reply)
-        claims: ClaimReport | None = None
-        flagged = False
-        model_reply = reply
-        truncated = run.draft is not None and run.draft.text == reply and run.draft.truncated
-        if reason is None and _blank(reply):
-            # Nothing to deliver is an abstention, never an answer.
-            reason = "step_limit" if run.trace.get("step_limit") else "empty_reply"
-        elif reason is None and truncated:
-            run.trace["truncated"] = True
-            if grounded:  # a cut-off answer may have lost the sentence that qualifies it
-                reason = "truncated"
-            else:
-                flagged = True
-        if grounded and reason is None:
-            claims = check_claims(reply, [c for _, c in handed], min_overlap=self.claim_min_overlap)
-            if not claims.all_supported:
-                if self.unsupported_claims == "abstain":
-                    reason = "unsupported"
-                else:
-                    reply, flagged = remove_unsupported(reply, claims), True
-            if reason is None and not claims.grounded:
-                # A knowledge route never delivers an answer without a supported citation.
-                forged = any(c.cited or c.unknown for c in claims.claims)
-                reason = "unsupported" if forged else "uncited"
-        abstained = reason is not None
-        response_id = f"resp-{secrets.token_hex(8)}"
-        if reason in VALIDATION_FAILURES and run.route.on_validation_failure == "escalate":
-            # The failure goes to people: on the record with its queue; the caller learns only
-            # that it did.
-            queue = run.route.escalation_queue
-            run.record(EscalationEvent(sub=run.principal.sub, route_id=run.session.route_id,
-                                       reason=str(reason), queue=queue,
-                                       response_id=response_id))  # fmt: skip
-            run.trace["escalation"] = {"queue": queue, "reason": reason}
-            reason = "escalated"
-        if reason is not None and reason != "llm_error":
-            # Never a confident answer without validated, cited evidence: whatever the model
-            # wrote is replaced (its hash is not what is delivered).
-            reply = _abstention(reason)
-            flagged = False
-        citations = [] if abstained else cited(reply, handed)[0]
-        unknown = [u for c in claims.claims for u in c.unknown] if claims else []
-        hidden = merged_hidden(run.packs, self.governed.pep.markers.max_contacts)
-        run.trace.update(
-            {
-                "response_id": response_id,
-                "retrievals": run.retrievals,
-                # How many citations named no handed chunk (their text is the model's).
-                "unknown_citations": len(unknown),
-                "steps": run.steps,
-                "validation_passed": [v.validation_passed for v in run.validations],
-                "scope_violations": sum(v.scope_violation_count for v in run.validations),
-            }
-        )
-        run.record(
-            ResponseEvent(
-                sub=run.principal.sub,
-                route_id=run.session.route_id,
-                answer_hash=hashlib.sha256(reply.encode()).hexdigest(),
-                cited_doc_ids=sorted({c.doc_id for c in citations}),
-                cited_chunk_ids=[c.chunk_id for c in citations],
-                abstained=abstained,
-                reason=reason,
-                grounded=grounded,
-                pattern=pattern,
-                unsupported_claims=len(claims.unsupported) if claims else 0,
-                flagged=flagged,
-                truncated=truncated,
-                llm_fault=run.trace.get("llm_fault"),
-                removed_claims=_removed(claims),
-                reply_hash=hashlib.sha256(model_reply.encode()).hexdigest(),
-                response_id=response_id,
-            )
-        )
-        # Only documents are counted: a session-memory entry is no entity of the store.
-        documents = sorted({(c.source_system, c.doc_id) for c in citations
-                            if c.origin is ChunkOrigin.SOURCE})  # fmt: skip
-        if documents and self.record_access is not None and not abstained:
-            try:  # counting is best effort: it never fails a delivered answer
-                self.record_access(run.principal.tenant, documents)
-            except Exception as exc:
-                log.warning("access counting failed for %s: %s", run.request_id, exc)
-        validation = run.validations[-1] if run.validations else None
-        return Answer(
-            request_id=run.request_id,
-            response_id=response_id,
-            session_id=run.session.session_id,
-            route_id=run.session.route_id,
-            pattern=pattern,
-            answer=reply,
-            abstained=abstained,
-            reason=reason,
-            citations=tuple(citations),
-            hidden=hidden,
-            decisions=tuple(run.decisions),
-            packs=tuple(run.packs),
-            validation=validation,
-            claims=claims,
-            grounded=grounded,
-            flagged=flagged,
-            trace=run.trace,
-        )
-
-
-def _blank(text: str) -> bool:
-    """Nothing a reader could see: whitespace, control and format characters only (a
-    zero-width space, a byte-order mark, a NUL)."""
-    return all(c.isspace() or unicodedata.category(c) in ("Cc", "Cf", "Zs", "Zl", "Zp")
-               for c in text)  # fmt: skip
-
-
-#: Most removed sentences described in one ``response`` event, and characters per string.
-_MAX_REMOVED, _MAX_CHARS = 20, 200
-
-
-def _removed(claims: ClaimReport | None) -> list[RemovedClaim]:
-    """What the ``response`` event says of each removed sentence (bounded; the sentence
-    itself only as its hash)."""
-    out = []
-    for c in (c for c in claims.claims if not c.supported) if claims else ():
-        out.append(RemovedClaim(
-            sentence_sha256=sentence_hash(c.sentence),
-            reason=c.reason,
-            unknown=[u[:_MAX_CHARS] for u in c.unknown[:_MAX_REMOVED]],
-            missing=[m[:_MAX_CHARS] for m in c.missing[:_MAX_REMOVED]],
-        ))  # fmt: skip
-    return out[:_MAX_REMOVED]
-
-
-_ABSTAIN = {
-    "denied": "You may not search the corpora this question needs; nothing was retrieved.",
-    "no_evidence": "I found no documents you may read that answer this question.",
-    "thin_evidence": "The documents I found are too thin to answer this reliably.",
-    "off_topic": "The documents I found do not address this question.",
-    "scope_violation": "The evidence failed validation and was withheld; this was reported.",
-    "uncited": "I could not ground an answer in the documents you may read.",
-    "unsupported": "The answer I drafted was not supported by the documents it cited, so it "
-    "was withheld.",
-    "model_out_of_scope": "The model asked to search sources outside this route, which were "
-    "refused; nothing you may search was asked for. Try rephrasing the question.",
-    "truncated": "The model's answer was cut off by its output limit, so it was withheld.",
-    "empty_reply": "The model returned an empty reply; there is no answer to deliver.",
-    "step_limit": "The model used up its steps without answering.",
-    "escalated": "This question needs a person's review; it has been passed on, and nothing "
-    "was answered automatically.",
-}
-#: The abstentions that are a failed validation (of the evidence or of the answer's claims):
-#: a route may escalate them instead (``on_validation_failure``).
-VALIDATION_FAILURES = frozenset({"thin_evidence", "off_topic", "scope_violation", "not_recorded",
-                                 "uncited", "unsupported"})  # fmt: skip
-
-#: What a caller is told when the model failed, per fault class: never the operator's message
-#: (it names internal URLs, settings and environment variables).
-_LLM_FAULT = {
-    "timeout": "the model did not answer in time",
-    "overloaded": "the model service is failing or overloaded",
-    "rate_limited": "the model service is rate limited",
-}
-
-
-def _llm_failure(fault: str, request_id: str) -> str:
-    """The fixed message an end user gets for ``llm_error``: the class of fault, and where
-    the operator finds the rest."""
-    what = _LLM_FAULT.get(fault, "the model service is misconfigured")
-    later = " Try again later." if fault in TRANSIENT_LLM_FAULTS else ""
-    return (f"No answer: {what} ({fault.replace('_', ' ')}).{later} The operator can see the "
-            f"details in the audit log of request {request_id}.")  # fmt: skip
-
-
-def _abstention(reason: str) -> str:
-    return _ABSTAIN.get(reason, f"I cannot answer this reliably ({reason.replace('_', ' ')}).")

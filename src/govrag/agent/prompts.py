@@ -29,6 +29,10 @@ from govrag.types import ChunkOrigin, PackChunk
 #: Marks a query-formulation stage's instructions (the model writes a query, nothing else).
 QUERY_FORMULATION_MARK = "Write only a search query"
 
+#: Opens the line of a system message that shows a route's output schema (one line of JSON);
+#: the extractive responder reads the schema back from it.
+OUTPUT_SCHEMA_MARK = "Output schema: "
+
 #: One line of quoted evidence; the extractive responder reads chunks back with it. A chunk
 #: id is shown as it is (a model cites it literally, and the citation parser matches handed
 #: ids literally), so it may hold brackets: it ends at the first "] (doc ".
@@ -78,6 +82,28 @@ QUERY_FORMULATION = (
     f"{QUERY_FORMULATION_MARK} for the search described below: a few keywords, no "
     "explanation, no quotes." + _CALLER
 )
+
+
+def structured(schema_json: str) -> str:
+    """What a route with an output schema adds to its answering calls' system message (after
+    govrag's rules, whose citation rule its text fields follow)."""
+    return (
+        "Reply with one JSON object and nothing else (no prose around it, no code fence) that "
+        "satisfies the JSON Schema below. Write each free-text field as sentences that follow "
+        "the rules above; a field whose values are listed takes one of them.\n"
+        f"{OUTPUT_SCHEMA_MARK}{schema_json}"
+    )
+
+
+def repair(problems: Sequence[str]) -> str:
+    """The app's note asking for one corrected structured reply (a user message after the
+    model's own reply; it quotes nothing of the caller's)."""
+    listed = "\n".join(f"- {p}" for p in problems)
+    return (
+        "The app could not accept your reply: it does not satisfy the output schema.\n"
+        f"{listed}\nReply again with only the corrected JSON object, following the same rules."
+    )
+
 
 #: Above the fenced parts of a user message.
 UNTRUSTED_NOTE = (

@@ -22,8 +22,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from govrag.agent import prompts
 from govrag.agent.llm import LlmClient, LlmReply, Message
 from govrag.agent.retrieve import CorpusDecision, GovernedSearch
+from govrag.agent.structured import Shaped, conform
 from govrag.audit.events import AuditEventModel, LlmCallEvent, LlmResultEvent, write
 from govrag.audit.trail import recorded
 from govrag.errors import LlmError
@@ -33,6 +35,7 @@ from govrag.routes.prompts import RoutePrompt
 from govrag.routes.session import Session
 from govrag.types import ContextPack, PackChunk, Principal, SearchRequest, Strategy
 from govrag.validation import AuditSink, ValidationReport
+from govrag.validation.structured import OutputSchema
 
 #: The tool name of Pattern 0's app-made retrieves.
 PREFETCH = "prefetch"
@@ -76,6 +79,8 @@ class Draft:
     evidence: tuple[tuple[str, PackChunk], ...]
     #: The model stopped at the output limit: the text may be cut off mid-answer.
     truncated: bool = False
+    #: The output-schema check of ``text`` (``None``: the route has no output schema).
+    shaped: Shaped | None = None
 
 
 @dataclass
@@ -111,9 +116,14 @@ class Run:
     model_profile: str | None = None
     #: The route's own instructions (``prompts/<prompt_id>.txt``; ``None``: govrag's own).
     prompt: RoutePrompt | None = None
+    #: The shape the answer must have (``schemas/<output_schema_id>.json``; ``None``: text).
+    output_schema: OutputSchema | None = None
 
     def system(self, rules: str) -> str:
-        """A system message: the route's prompt, if any, then govrag's ``rules``."""
+        """An answering call's system message: the route's prompt, if any, then govrag's
+        ``rules``, then the output schema, if any."""
+        if self.output_schema is not None:
+            rules = f"{rules}\n\n{prompts.structured(self.output_schema.compact())}"
         return self.prompt.system(rules) if self.prompt is not None else rules
 
     def record(self, event: AuditEventModel) -> None:
@@ -140,13 +150,18 @@ class Run:
         self.steps += 1
         step = self.steps
         limit = self.max_tokens if max_tokens is None else min(max_tokens, self.max_tokens)
+        # The route's prompt is on record for the calls it opened (a query-formulation call
+        # has govrag's own instructions only).
+        prompt = self.prompt if self.prompt and any(
+            m["role"] == "system" and str(m.get("content") or "").startswith(self.prompt.text)
+            for m in messages) else None  # fmt: skip
         self.record(
             LlmCallEvent(
                 payload_hash=payload_hash(messages, tools),
                 model=self.llm.name,
                 model_profile=self.model_profile,
-                prompt_id=self.prompt.prompt_id if self.prompt else None,
-                prompt_sha256=self.prompt.sha256 if self.prompt else None,
+                prompt_id=prompt.prompt_id if prompt else None,
+                prompt_sha256=prompt.sha256 if prompt else None,
                 stage=stage,
                 step=step,
                 tools=[t["name"] for t in tools],
@@ -184,10 +199,26 @@ class Run:
         )
         return reply
 
-    def drafted(self, reply: LlmReply, evidence: Sequence[tuple[str, PackChunk]]) -> str:
-        """Keep ``reply`` (a model reply with no tool calls) as the draft answer, with the
-        validated ``evidence`` handed to the call that wrote it; returns its text."""
-        self.draft = Draft(reply.text, tuple(evidence), truncated=reply.truncated)
+    def drafted(
+        self,
+        reply: LlmReply,
+        evidence: Sequence[tuple[str, PackChunk]],
+        messages: Sequence[Message],
+        tools: Sequence[dict[str, Any]] = (),
+    ) -> str:
+        """Keep ``reply`` (a model reply with no tool calls to ``messages`` and ``tools``) as
+        the draft answer, with the validated ``evidence`` handed to the call that wrote it;
+        returns its text. On a route with an output schema, a reply that misses it is sent
+        back once for repair (:mod:`govrag.agent.structured`), with the same evidence."""
+        shaped = None
+        if self.output_schema is not None:
+
+            def repair(conversation: list[Message]) -> LlmReply:
+                return self.call_model(conversation, tools, stage="repair")
+
+            reply, shaped = conform(self.output_schema, reply, messages,
+                                    repair if self.steps_left else None)  # fmt: skip
+        self.draft = Draft(reply.text, tuple(evidence), truncated=reply.truncated, shaped=shaped)
         return reply.text
 
     def handed(self, reply: str) -> tuple[tuple[str, PackChunk], ...]:

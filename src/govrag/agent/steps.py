@@ -70,7 +70,7 @@ class Steps:
             schemas = tool_schemas(offered, scope=run.session.retrieval.scope)
             reply = run.call_model(messages, schemas, stage="loop")
             if not reply.tool_calls:
-                reply_text = run.drafted(reply, run.evidence[first:])
+                reply_text = run.drafted(reply, run.evidence[first:], messages, schemas)
                 break
             messages.append(
                 {
@@ -222,4 +222,4 @@ class Steps:
             {"role": "system", "content": f"{run.system(prompts.SYNTHESIS)}\n\n{context}"},
             {"role": "user", "content": prompts.caller_message(run.question, text)},
         ]
-        return run.drafted(run.call_model(messages, [], stage="synthesis"), handed)
+        return run.drafted(run.call_model(messages, [], stage="synthesis"), handed, messages)

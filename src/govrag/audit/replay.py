@@ -231,6 +231,8 @@ def _delivered(r: ResponseEvent, memory: dict[str, PackSource],
                escalated: list[EscalationEvent]) -> dict[str, Any]:  # fmt: skip
     # The response id (and an escalation) shown only where kept (older records lack them).
     extra: dict[str, Any] = {"response_id": r.response_id} if r.response_id is not None else {}
+    if r.output_schema is not None:
+        extra["output_schema"] = r.output_schema.model_dump(mode="json")
     if escalated:
         extra["escalation"] = {"queue": escalated[-1].queue, "reason": escalated[-1].reason}
     return extra | {

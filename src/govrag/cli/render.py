@@ -58,9 +58,14 @@ def print_replay(r: Replay, out: Console) -> None:
                   highlight=False)  # fmt: skip
     out.print(f"[bold]Verdict before search?[/] {'yes' if r.verdict_before_search else 'NO'}")
     for call in r.llm_calls:
+        served = "".join(
+            [f" profile {escape(str(call['model_profile']))}" if "model_profile" in call else "",
+             f" prompt {escape(str(call['prompt_id']))} ({str(call.get('prompt_sha256'))[:16]}...)"
+             if "prompt_id" in call else ""])  # fmt: skip
         out.print(f"[bold]Model call {call['step']}:[/] {escape(str(call['stage']))} "
-                  f"{escape(str(call['model']))} payload {str(call['payload_hash'])[:16]}... "
-                  f"-> {escape(_outcome(call['result']))}", highlight=False)  # fmt: skip
+                  f"{escape(str(call['model']))}{served} payload "
+                  f"{str(call['payload_hash'])[:16]}... -> {escape(_outcome(call['result']))}",
+                  highlight=False)  # fmt: skip
     for p in r.model_saw:
         chunks = ", ".join(f"{c['chunk_id']} ({c['score']:.3f})" for c in p["chunks"]) or "none"
         ok = "validated" if p["validation_passed"] else "NOT validated (withheld from the model)"
@@ -101,9 +106,21 @@ def print_replay(r: Replay, out: Console) -> None:
             else "citing " + (", ".join(delivered["cited_doc_ids"]) or "nothing")
         )
         out.print(
-            f"[bold]Delivered:[/] {what}; answer sha256 {delivered['answer_hash'][:16]}...",
+            f"[bold]Delivered:[/] {what}; answer sha256 {delivered['answer_hash'][:16]}..."
+            + (f"; response {delivered['response_id']}" if "response_id" in delivered else ""),
             highlight=False,
         )
+        shape = delivered.get("output_schema")
+        if shape:
+            problems = "; ".join(shape["problems"])
+            out.print(f"[bold]Output schema:[/] {escape(shape['schema_id'])} "
+                      f"({shape['sha256'][:16]}...): {shape['outcome']}"
+                      + (f" ({escape(problems)})" if problems else ""),
+                      highlight=False)  # fmt: skip
+        escalation = delivered.get("escalation")
+        if escalation:
+            out.print(f"[bold]Escalated:[/] to queue {escape(str(escalation['queue']))} "
+                      f"({escape(str(escalation['reason']))})", highlight=False)  # fmt: skip
     for u in r.unrecognised:  # another govrag's kind or version: shown as stored, unread
         out.print(f"[bold]Not understood:[/] event {u['seq']} ({escape(str(u['kind']))}): "
                   f"{escape(str(u['problem']))}; stored as {escape(str(u['payload'])[:300])}",

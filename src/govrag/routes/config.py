@@ -6,6 +6,8 @@ Layout (beside ``govrag.toml``)::
     manifests/*.json          one tool manifest per file
     workflows/*.json          one workflow per file
     policies/<bundle>/        bundle.json (name, version), *.cedar, optional *.cedarschema
+    prompts/<prompt_id>.txt   a route's own instructions to the model
+    schemas/<schema_id>.json  a route's output schema (the shape of its answers)
 
 Every problem is collected before anything is reported, so ``govrag config check`` lists
 them all at once, each with its file, field and a fix. Warnings (a configuration that is
@@ -29,6 +31,8 @@ from govrag.policy.bundle import PolicyBundle, bundle_for, load_bundles
 from govrag.problems import Collector, Problem
 from govrag.routes.models import NO_MANIFEST, Manifest, Route, Workflow
 from govrag.routes.prompts import RoutePrompt, load_prompts, missing_prompt
+from govrag.routes.schemas import load_schemas, missing_schema
+from govrag.validation.structured import OutputSchema
 
 __all__ = ["DeploymentConfig", "check_config", "describe_problems", "load_config"]
 
@@ -44,6 +48,8 @@ class DeploymentConfig:
     warnings: tuple[Problem, ...] = ()
     #: ``prompts/<prompt_id>.txt``: the routes' own instructions to the model.
     prompts: dict[str, RoutePrompt] = field(default_factory=dict)
+    #: ``schemas/<output_schema_id>.json``: the shapes of the routes' structured answers.
+    schemas: dict[str, OutputSchema] = field(default_factory=dict)
     #: Content hash of the route table: a session records the version it pinned.
     route_table_version: str = field(default="")
 
@@ -236,9 +242,11 @@ def check_config(root: Path) -> tuple[DeploymentConfig | None, list[Problem]]:
     _check_tools(c, manifests)
     bundles = load_bundles(c)
     prompts = load_prompts(c)
+    schemas = load_schemas(c)
     _cross_check(c, routes, manifests, workflows, bundles)
     for route, path in routes.values():
         missing_prompt(c, path, route.route_id, route.prompt_id, prompts)
+        missing_schema(c, path, route.route_id, route.output_schema_id, schemas)
     if any(not p.warning for p in c.problems):
         return None, c.problems
     table = json.dumps(
@@ -255,6 +263,7 @@ def check_config(root: Path) -> tuple[DeploymentConfig | None, list[Problem]]:
         workflows={k: w for k, (w, _) in workflows.items()},
         bundles=bundles,
         prompts=prompts,
+        schemas=schemas,
         warnings=tuple(c.problems),
         route_table_version="sha256:" + hashlib.sha256(table.encode()).hexdigest()[:16],
     )

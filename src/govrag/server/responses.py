@@ -101,6 +101,8 @@ class Answered(Out):
     route_id: str
     pattern: str = Field(examples=["tool_loop"])
     answer: str
+    #: On a route with an output schema: the answer as its JSON object (else ``null``).
+    structured: dict[str, Any] | None = None
     abstained: bool
     reason: str | None = Field(examples=[None, "no_evidence", "denied"])
     llm_fault: str | None

@@ -55,6 +55,7 @@ from govrag.audit.events.session import (
     RemovedClaim,
     ResponseEvent,
     RoutePinned,
+    SchemaOutcome,
 )
 from govrag.audit.events.writeback import WritebackAdmissionEvent
 
@@ -82,6 +83,7 @@ __all__ = [
     "RemovedClaim",
     "ResponseEvent",
     "RoutePinned",
+    "SchemaOutcome",
     "StoredEvent",
     "SufficiencyRecord",
     "ValidationEvent",

@@ -65,6 +65,18 @@ class RemovedClaim(Record):
     missing: tuple[str, ...]
 
 
+class SchemaOutcome(Record):
+    """How a structured answer met its route's output schema (``output_schema_id``)."""
+
+    schema_id: str
+    #: SHA-256 of the schema's canonical JSON: the version the answer was checked against.
+    sha256: str
+    #: ``valid`` (first reply), ``repaired`` (after the one repair), ``invalid`` (abstained).
+    outcome: Literal["valid", "repaired", "invalid"]
+    #: Where the reply missed the schema and which rule: never the model's words.
+    problems: tuple[str, ...] = ()
+
+
 class ResponseEvent(AuditEventBase):
     """What was delivered: the answer's hash and citations, or the abstention."""
 
@@ -89,6 +101,8 @@ class ResponseEvent(AuditEventBase):
     reply_hash: str | None = None
     #: The delivered answer's id (``resp-...``; ``None``: a record made before it was kept).
     response_id: str | None = None
+    #: The output schema's check (``None``: the route has none, or a record made before).
+    output_schema: SchemaOutcome | None = None
 
 
 class EscalationEvent(AuditEventBase):
