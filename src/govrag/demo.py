@@ -39,6 +39,8 @@ DESCRIPTIONS = {
     "cut-off times and fees",
     "clause-index": "Clauses of supplier master services agreements (MSA)",
     "legal-playbook": "The bank's negotiation positions for MSA clauses",
+    "credit-memos": "Credit committee memos (not harvested yet: the credit workflow's "
+    "connector is pending)",
 }
 FILES = ("principals.json", "routes", "manifests", "workflows", "evals", "prompts", "schemas")
 _BUNDLED = resources.files("govrag") / "data" / "bank-eu"

@@ -122,6 +122,30 @@ def test_a_deny_that_did_not_happen_moves_deny_correctness() -> None:
     assert score(suite(FORBIDDEN), [abstained("hr", reason="denied")]).cases[0].outcome == "deny"
 
 
+EMPTY = {"id": "credit", "sub": "ana", "route": "credit", "question": "Credit memos?",
+         "grounded": False}  # fmt: skip
+
+
+def test_an_empty_store_answer_that_searched_or_claims_grounding_moves_grounding() -> None:
+    # A route with nothing the caller could read: the answer is marked ungrounded and no
+    # search was proposed. Claiming grounding, or searching anyway, each fail it, named.
+    ok = answered(case_id="credit", route="credit", grounded=False, cited=(), ranking=())
+    thresholds = {"*": {"grounding_correctness": 1.0}}
+    assert score(suite(EMPTY, thresholds=thresholds), [ok]).passed
+    for wrong, said in [(ok.model_copy(update={"grounded": True}), "got a grounded one"),
+                        (ok.model_copy(update={"searched": True}), "got a search")]:  # fmt: skip
+        report = score(suite(EMPTY, thresholds=thresholds), [wrong])
+        assert report.overall.grounding_correctness == 0.0
+        assert report.failures == ("*: grounding_correctness 0.000 < 1.0",)
+        assert report.cases[0].misses == (
+            f"expected an answer marked ungrounded with no search, {said}",
+        )
+    # A case that expects a grounded answer, marked ungrounded.
+    flat = score(suite({**ANSWERABLE, "grounded": True}, thresholds=thresholds),
+                 [answered(grounded=False)])  # fmt: skip
+    assert flat.cases[0].misses == ("expected a grounded answer, got one marked ungrounded",)
+
+
 def test_a_forged_citation_moves_the_support_rate() -> None:
     # Two cited sentences, one citing a chunk never handed to the model: unsupported.
     forged = answered(claims_checked=2, claims_supported=1)

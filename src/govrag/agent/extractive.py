@@ -13,8 +13,10 @@ results), never from the caller's text. It never invents a fact:
   the question (every listed corpus when none does; a tool bound to a corpus takes only a
   query);
 - otherwise it answers extractively: the sentences of the evidence (context chunks in the
-  prompt, pack observations in tool messages) that share the most words with the question,
-  each followed by its chunk id in brackets, or says the evidence does not answer;
+  prompt, pack observations in tool messages) that share the most words with the question
+  (at least two when the question has three or more: one shared word, "days" in a question
+  about parental leave, is no answer), each followed by its chunk id in brackets, or says the
+  evidence does not answer;
 - shown an output schema (:data:`~govrag.agent.prompts.OUTPUT_SCHEMA_MARK`), it fills it: each
   free-text field with the best sentence not used yet for the question and the field's name
   and description (cited), each listed choice with the first value the schema lists, each
@@ -126,7 +128,7 @@ class ExtractiveResponder:
     # -- answering ---------------------------------------------------------------------------
     def _answer(self, messages: Sequence[Message], question: str, text: str) -> str:
         wanted = terms(question)
-        picked = _best_sentences(wanted, _evidence(messages))
+        picked = _best_sentences(wanted, _evidence(messages), least=2 if len(wanted) >= 3 else 1)
         if picked:
             return " ".join(f"{sentence} [{chunk_id}]" for sentence, chunk_id in picked)
         # No evidence: work on the caller's own text, if any (a no-retrieval route).

@@ -97,7 +97,7 @@ def observe(dep: Deployment, case: EvalCase, principal: Principal) -> CaseObserv
                                       session_id=None, text=case.text)  # fmt: skip
     except GovragError as exc:  # a request that failed is a fault of the run, not an outcome
         return CaseObservation(case_id=case.id, route=case.route, request_id=None,
-                               abstained=True, reason="error",
+                               abstained=True, reason="error", grounded=False,
                                errors=(f"{type(exc).__name__}: {exc}",))  # fmt: skip
     latency_ms = (time.perf_counter() - started) * 1000
     errors = [f"the model failed ({answer.llm_fault})"] if answer.reason == "llm_error" else []
@@ -134,6 +134,8 @@ def observe(dep: Deployment, case: EvalCase, principal: Principal) -> CaseObserv
         scope_violations=tuple(_out_of_scope(dep, principal, case.route, answer)),
         leaks=tuple(c for c in case.canaries if plain(c) in shown),
         hint=answer.hidden.present,
+        grounded=answer.grounded,
+        searched=any(d.kind == "retrieve" for d in answer.decisions),
         latency_ms=round(latency_ms, 2),
     )
 

@@ -19,7 +19,9 @@ overall, and the figures meet the suite's thresholds:
 - **citation precision** (cited documents that are relevant), **support rate** (cited,
   asserting sentences the claim check supported), **fact recall** (expected facts found in the
   answer), **hint correctness** (the hidden-item hint where a case expects it, and only there),
-  and latency p50/p95.
+  **grounding correctness** (over the cases that say whether the answer must be grounded: an
+  answer marked as not from the organisation's documents, on a route without retrieval or
+  with nothing in scope the caller could read, made no search at all), and latency p50/p95.
 
 A figure no case measures is ``None``; a threshold on such a figure fails, since a suite that
 sets it meant to measure it.
@@ -40,7 +42,7 @@ from govrag.eval.suite import ALL_ROUTES, EvalCase, Outcome, Suite, Thresholds, 
 #: The figures a threshold may name with a minimum (the rest are maximums).
 MINIMUMS = ("recall_at_k", "ndcg_at_k", "abstention_precision", "abstention_recall",
             "deny_correctness", "citation_precision", "support_rate", "fact_recall",
-            "hint_correctness")  # fmt: skip
+            "hint_correctness", "grounding_correctness")  # fmt: skip
 MAXIMUMS = ("errors", "injected", "scope_violations", "leaks")
 
 
@@ -74,6 +76,10 @@ class CaseObservation(_Record):
     #: Canaries found in what the caller got back.
     leaks: tuple[str, ...] = ()
     hint: bool = False
+    #: The answer says it is from the organisation's documents (``Answer.grounded``).
+    grounded: bool = True
+    #: Some retrieve was proposed to the policy gate (allowed or not).
+    searched: bool = False
     latency_ms: float = 0.0
 
 
@@ -94,6 +100,9 @@ class Figures(_Record):
     support_rate: float | None
     fact_recall: float | None
     hint_correctness: float | None
+    #: Over the cases with ``grounded``: the answer's grounding as expected (an ungrounded one
+    #: with no search at all).
+    grounding_correctness: float | None
     latency_p50_ms: float | None
     latency_p95_ms: float | None
 
@@ -183,6 +192,7 @@ def _figures(pairs: Sequence[tuple[EvalCase, CaseObservation]],
     checked = sum(o.claims_checked for _, o in pairs)
     facts = [(f, o) for c, o in pairs for f in c.facts]
     hinted = [c.hint == o.hint for c, o in pairs if c.hint is not None]
+    grounding = [_grounded_right(c, o) for c, o in pairs if c.grounded is not None]
     latencies = [o.latency_ms for _, o in pairs]
     # Over the cases that should be denied or were: unrelated answers do not dilute it.
     deny_cases = [c for c, _ in pairs if c.expect == "deny" or got[c.id] == "deny"]
@@ -202,6 +212,7 @@ def _figures(pairs: Sequence[tuple[EvalCase, CaseObservation]],
         support_rate=_share(sum(o.claims_supported for _, o in pairs), checked),
         fact_recall=_share(sum(1 for f, o in facts if has_fact(o.answer, f)), len(facts)),
         hint_correctness=_share(sum(hinted), len(hinted)),
+        grounding_correctness=_share(sum(grounding), len(grounding)),
         latency_p50_ms=round(percentile(latencies, 50), 2) if latencies else None,
         latency_p95_ms=round(percentile(latencies, 95), 2) if latencies else None,
     )
@@ -224,6 +235,11 @@ def _missed(route: str, got: Figures, thresholds: Thresholds) -> list[str]:
     return out
 
 
+def _grounded_right(case: EvalCase, o: CaseObservation) -> bool:
+    """The answer is grounded as ``case`` expects; one marked ungrounded made no search."""
+    return o.grounded == case.grounded and (o.grounded or not o.searched)
+
+
 def outcome(case: EvalCase, o: CaseObservation) -> Outcome:
     """What the caller got, in the suite's terms: a deny is an abstention because the policy
     gate refused (every corpus, or each one the case names); any other abstention is one."""
@@ -242,6 +258,10 @@ def _misses(case: EvalCase, o: CaseObservation) -> tuple[str, ...]:
     out += [f"missing fact {f!r}" for f in case.facts if not has_fact(o.answer, f)]
     if case.hint is not None and case.hint != o.hint:
         out.append("the hidden-item hint " + ("is missing" if case.hint else "appeared"))
+    if case.grounded is not None and not _grounded_right(case, o):
+        out.append("expected a grounded answer, got one marked ungrounded" if case.grounded
+                   else "expected an answer marked ungrounded with no search, got "
+                   + ("a grounded one" if o.grounded else "a search"))  # fmt: skip
     out += [f"error: {e}" for e in o.errors]
     out += [f"made the forbidden claim {f!r}" for f in case.forbidden if has_fact(o.answer, f)]
     out += [f"scope violation: {v}" for v in o.scope_violations]

@@ -22,6 +22,7 @@ COLUMNS = [
     ("support", "support_rate"),
     ("fact recall", "fact_recall"),
     ("hint", "hint_correctness"),
+    ("grounding", "grounding_correctness"),
     ("p50 ms", "latency_p50_ms"),
     ("p95 ms", "latency_p95_ms"),
 ]

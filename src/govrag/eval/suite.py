@@ -10,7 +10,7 @@ the ``k`` of recall@k and nDCG@k, and the thresholds a run must meet, overall (`
 per route. Every other line is a case (:class:`EvalCase`): who asks (a ``principals.json``
 entry), on which route, what, with optional caller text, and what must happen: the relevant
 documents (graded), ``expect`` (``answer``, ``abstain``, or ``deny`` with the corpora the
-policy gate must refuse), the abstention reason,
+policy gate must refuse), the abstention reason, whether the answer must be grounded,
 facts the answer must contain, and canary strings that must never appear anywhere in what the
 caller gets back (plant them in documents the principal may not read). Blank lines and lines
 starting with ``#`` are skipped. Unknown fields are refused, and a bad line is an error naming
@@ -61,6 +61,7 @@ class Thresholds(_Record):
     support_rate: float | None = Field(default=None, ge=0.0, le=1.0)
     fact_recall: float | None = Field(default=None, ge=0.0, le=1.0)
     hint_correctness: float | None = Field(default=None, ge=0.0, le=1.0)
+    grounding_correctness: float | None = Field(default=None, ge=0.0, le=1.0)
     errors: int = Field(default=0, ge=0, strict=True)
     #: Cases whose answer made a ``forbidden`` claim.
     injected: int = Field(default=0, ge=0, strict=True)
@@ -94,6 +95,10 @@ class EvalCase(_Record):
     denied: tuple[Text, ...] = ()
     #: Whether the hidden-item hint must appear (``True``) or must not (``False``).
     hint: bool | None = None
+    #: Whether the answer must be grounded in the organisation's documents (``True``) or
+    #: marked as not (``False``: a route without retrieval, or nothing in the route's scope the
+    #: caller could read; then no search may be made at all).
+    grounded: bool | None = None
     #: Facts the answer must contain (case and spacing aside).
     facts: tuple[Text, ...] = ()
     #: Claims the delivered answer must not make (compared as facts are): what a prompt
