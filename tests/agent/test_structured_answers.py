@@ -22,9 +22,12 @@ from rich.console import Console
 import govrag
 from govrag import demo
 from govrag.agent.answer import Answer
+from govrag.app.evaluate import observe
 from govrag.audit import replay
 from govrag.cli.render import print_replay
 from govrag.deployment import Deployment
+from govrag.eval.governance import has_fact
+from govrag.eval.suite import EvalCase
 
 from conftest import WIRE_TEXT, completion, scripted, wire_bank
 
@@ -199,6 +202,18 @@ def test_the_examiners_replay_shows_prompt_schema_outcome_and_escalation(
     assert "Output schema: wire_memo (" in shown and "): invalid (" in shown
     assert "Escalated: to queue review (schema_invalid)" in shown
     assert f"response {answer.response_id}" in shown
+
+
+def test_the_eval_plane_reads_a_structured_answers_facts_in_its_values(deployment: Path) -> None:
+    # In the JSON text a quote is escaped ("\\""), so a fact holding one would be missed.
+    quoted = {"limit": f'The "wire limit" is EUR 50,000 per day. [{CHUNK}]', "confidence": "high"}
+    case = EvalCase(id="q", sub="ana", route="memo", question=QUESTION,
+                    facts=('"wire limit" is EUR 50,000',))  # fmt: skip
+    client, _ = scripted([completion(text=json.dumps(quoted))])
+    with Deployment.load(deployment) as dep:
+        dep.__dict__["llm"] = client
+        seen = observe(dep, case, dep.principal("ana"))
+    assert not seen.abstained and has_fact(seen.answer, case.facts[0])
 
 
 def test_no_step_left_means_no_repair(deployment: Path) -> None:

@@ -63,7 +63,19 @@ ATTEMPTS: dict[str, str] = {
     "a fence's language tag": f"```{LEAVE}\n" + json.dumps({"limit": GOOD_LIMIT}) + "\n```",
     "a string too deep": json.dumps({"limit": GOOD_LIMIT, "risk": "low",
                                      "notes": [{"text": {"deeper": LEAVE}}]}),
+    "letters one by one": json.dumps({"limit": GOOD_LIMIT, "risk": "low",
+                                      "notes": [{"text": " ".join(LEAVE)}]}),
+    "one over-long word": json.dumps({"limit": GOOD_LIMIT, "risk": "low",
+                                      "notes": [{"text": LEAVE.replace(" ", "") * 3}]}),
+    "invisible tag characters": json.dumps({"risk": "low", "limit": WIRE + "".join(
+        chr(0xE0000 + ord(c)) for c in LEAVE) + f" [{CHUNK}]"}),
+    "a no-break space after a citation": json.dumps(
+        {"limit": f"{GOOD_LIMIT}\u00a0{LEAVE}", "risk": "low"}),
+    "nested arrays deep enough to crash a check": '{"limit": "x", "risk": "low", "notes": ['
+        + "[" * 400 + "]" * 400 + "]}",
 }  # fmt: skip
+#: What the fact looks like in each spelling an attempt uses.
+SPELLINGS = (FACT, " ".join(FACT), "20weeks", "".join(chr(0xE0000 + ord(c)) for c in FACT))
 
 
 @pytest.fixture
@@ -85,15 +97,21 @@ def ask(make: MakeDeployment, reply: str) -> tuple[Any, str, Scripted]:
     dep = with_model(make(), model)
     got = dep.orchestrator.ask(dep.principal("officer"), "What is the wire limit?",
                                route_id="memo")  # fmt: skip
-    log = json.dumps([e.payload for e in events(dep, got.request_id)])
+    # The examiner's record of a cut sentence keeps its missing facts and forged ids
+    # (``removed_claims``, bounded): what the model claimed is what an examiner must judge.
+    # Everything else on the log holds no word the app withheld.
+    log = json.dumps([{k: v for k, v in e.payload.items() if k != "removed_claims"}
+                      for e in events(dep, got.request_id)], ensure_ascii=False)  # fmt: skip
     return got, log, model
 
 
 @pytest.mark.parametrize("attempt", sorted(ATTEMPTS))
 def test_no_channel_of_the_shape_carries_the_fact(make: MakeDeployment, attempt: str) -> None:
     got, log, model = ask(make, ATTEMPTS[attempt])
-    shown = json.dumps(got.as_dict())
-    assert FACT not in shown and FACT not in log, attempt
+    shown = json.dumps(got.as_dict(), ensure_ascii=False)
+    for spelling in SPELLINGS:
+        assert spelling not in shown and spelling not in log, (attempt, spelling)
+    assert not any(0xE0000 <= ord(c) <= 0xE0FFF for c in shown), attempt
     if not got.abstained:
         # Delivered: the shape holds, and every free-text sentence is the wire chunk's.
         assert got.structured is not None and set(got.structured) <= set(SCHEMA["properties"])
@@ -104,6 +122,19 @@ def test_no_channel_of_the_shape_carries_the_fact(make: MakeDeployment, attempt:
         assert got.reason in {"schema_invalid", "unsupported", "uncited"}, got.reason
     # At most one repair, whatever the model does.
     assert len(model.calls) <= 3
+
+
+def test_a_blank_repair_is_still_the_shapes_failure_and_escalates(make: MakeDeployment) -> None:
+    root = Path(make().settings.deployment)
+    routes = json.loads((root / "routes" / "routes.json").read_text())
+    routes[-1]["on_validation_failure"] = "escalate"
+    (root / "routes" / "routes.json").write_text(json.dumps(routes))
+    model = Scripted(calls(("retrieve_documents", {"corpus": "policy-engine", "query": "x"})),
+                     LlmReply(text="[]"), LlmReply(text=""))  # fmt: skip
+    dep = with_model(make(), model)
+    got = dep.orchestrator.ask(dep.principal("officer"), "What is the wire limit?",
+                               route_id="memo")  # fmt: skip
+    assert got.reason == "escalated" and got.trace["escalation"]["reason"] == "schema_invalid"
 
 
 def test_the_repair_shows_the_model_nothing_new(make: MakeDeployment) -> None:

@@ -53,6 +53,16 @@ def test_a_schema_in_the_subset_loads_with_its_hash(tmp_path: Path) -> None:
         ({**obj(a=TEXT), "patternProperties": {}}, "patternProperties", "subset"),
         (obj(a={"type": "string", "minimum": 3}), "properties.a.minimum", "subset"),
         (obj(a={"type": 5}), "properties.a.type", "not a valid JSON Schema"),
+        # A regular expression run on a model's reply can backtrack for minutes.
+        (obj(a={"type": "string", "pattern": "^(\\w+\\s?)+$"}), "properties.a.pattern", "subset"),
+        # Rules no answer can meet.
+        ({**obj(limti=TEXT), "required": ["limit"]}, "required.0", "not among the properties"),
+        (obj(a={"type": "string", "enum": []}), "properties.a.enum", "empty enum"),
+        (
+            obj(a={"type": "string", "minLength": 5, "maxLength": 2}),
+            "properties.a.minLength",
+            "above maxLength",
+        ),
     ],
 )
 def test_a_schema_outside_the_subset_is_refused_by_file_and_path(
@@ -64,6 +74,30 @@ def test_a_schema_outside_the_subset_is_refused_by_file_and_path(
     assert mine and mine[0].field == field and said in mine[0].message, problems
     # The route naming it is not reported again: the file's problem is the one to fix.
     assert not [p for p in problems if p.field == "output_schema_id"]
+
+
+def test_an_array_without_max_items_is_warned(tmp_path: Path) -> None:
+    config, problems = check_config(deployment(tmp_path, obj(tags={"type": "array",
+                                                                    "items": TEXT})))  # fmt: skip
+    assert config is not None
+    (warning,) = problems
+    assert warning.warning and warning.field == "properties.tags" and "maxItems" in warning.message
+
+
+def test_a_schema_file_that_is_no_regular_file_is_refused_unread(tmp_path: Path) -> None:
+    root = deployment(tmp_path, obj(a=TEXT))
+    (root / "schemas" / "memo_v1.json").unlink()
+    (root / "schemas" / "memo_v1.json").symlink_to("/dev/zero")  # would read forever
+    config, problems = check_config(root)
+    assert config is None
+    assert any("not a regular file" in p.message for p in problems)
+
+
+def test_a_schema_file_name_with_a_line_break_is_no_id(tmp_path: Path) -> None:
+    root = deployment(tmp_path, obj(a=TEXT))
+    (root / "schemas" / "x\n.json").write_text(json.dumps(obj(a=TEXT)))
+    config, problems = check_config(root)
+    assert config is None and any("does not name a schema id" in p.message for p in problems)
 
 
 def test_a_schema_that_is_not_json_is_refused(tmp_path: Path) -> None:
@@ -105,6 +139,7 @@ SCHEMA = OutputSchema("memo_v1", obj(a=TEXT), "0" * 64)
         ('["x"]', None),
         ('{"a": "x", "Q9": "Q9"}', None),  # objects are closed even when the file says nothing
         ("", None),
+        ('{"a": ' + "[" * 400 + "]" * 400 + "}", None),  # deep: refused before any check runs
     ],
 )
 def test_a_reply_is_one_json_object_or_one_fenced_one(text: str, value: Any) -> None:
@@ -112,3 +147,12 @@ def test_a_reply_is_one_json_object_or_one_fenced_one(text: str, value: Any) -> 
     assert read == value and bool(problems) == (value is None)
     # What is recorded names where and which rule, never the reply's words.
     assert all(p.recorded and "Q9" not in p.recorded for p in problems)
+
+
+def test_a_deep_reply_under_unique_items_is_refused_not_crashed() -> None:
+    # jsonschema compares unique items recursively: 300 levels would raise RecursionError.
+    unique = OutputSchema("memo_v1", obj(a={"type": "array", "uniqueItems": True,
+                                            "maxItems": 4, "items": TEXT}), "0" * 64)  # fmt: skip
+    deep = "[" * 300 + "]" * 300
+    read, problems = read_answer(f'{{"a": [{deep}, {deep}]}}', unique)
+    assert read is None and "nested deeper" in problems[0].recorded

@@ -366,3 +366,37 @@ def test_a_copied_sentence_is_supported_however_tricky_its_words(
     assert check_claims(texts[i], chunks, min_overlap=1.0).all_supported
     cited = "\n".join(f"{s} [d{i}#0]" for s in split_sentences(texts[i]))
     assert check_claims(cited, chunks, min_overlap=1.0).all_supported
+
+
+WIRE_SENTENCE = "The wire transfer limit for corporate clients in the EU is EUR 50,000."
+
+
+@pytest.mark.parametrize(
+    "hidden",
+    [
+        " ".join("parental leave is twenty weeks"),  # lone letters: no term reads them
+        "parentalleaveistwentyweeks" * 3,  # one word longer than the analyzer keeps
+        "\U0001f476\U0001f37c \U0001f4c5\U0001f4c5 \u2192 \u2713",  # symbols and emoji
+        "\ue000\ue001\ue002",  # private use
+    ],
+)
+def test_what_no_term_reads_does_not_pass_for_a_sentence_saying_nothing(hidden: str) -> None:
+    # Cited or not, beside a supported sentence or alone: unsupported, so cut.
+    for answer in (f"{hidden} [wire#0]", hidden, f"{WIRE_SENTENCE} [wire#0]\n{hidden}"):
+        report = check_claims(answer, CHUNKS)
+        assert any(hidden in u for u in report.unsupported), (answer, report)
+
+
+def test_a_quote_with_its_symbols_and_lone_letters_is_still_supported() -> None:
+    text = "Option B \u2192 approval by Payments Risk \u2713 within 2 days."
+    report = check_claims(f"{text} [opt#0]", [chunk("opt#0", text)])
+    assert report.all_supported, report
+
+
+def test_a_no_break_space_after_a_citation_is_cut_like_any_space() -> None:
+    # The sentence splitter and the cutter once disagreed on which spaces follow a citation:
+    # the cut raised instead of removing the sentence.
+    answer = f"{WIRE_SENTENCE} [wire#0]\u00a0Parental leave is 20 weeks at full pay."
+    report = check_claims(answer, CHUNKS)
+    assert report.unsupported == ("Parental leave is 20 weeks at full pay.",)
+    assert remove_unsupported(answer, report) == f"{WIRE_SENTENCE} [wire#0]"

@@ -38,7 +38,13 @@ from govrag.audit.events import EscalationEvent, RemovedClaim, ResponseEvent, Sc
 from govrag.errors import TRANSIENT_LLM_FAULTS
 from govrag.types import ChunkOrigin, PackChunk
 from govrag.validation import ClaimReport, check_claims, remove_unsupported
-from govrag.validation.structured import OutputSchema, check_structured, free_text
+from govrag.validation.normalise import visible
+from govrag.validation.structured import (
+    OutputSchema,
+    check_structured,
+    free_text,
+    visible_strings,
+)
 
 log = logging.getLogger("govrag.agent")
 
@@ -68,12 +74,19 @@ class Delivery:
         # Only the evidence handed to the call that wrote the reply may be cited: not the
         # caller's text, not a pack another call saw.
         handed = run.handed(reply)
+        schema = run.output_schema
         claims: ClaimReport | None = None
         flagged = False
         model_reply = reply
         truncated = run.draft is not None and run.draft.text == reply and run.draft.truncated
         shaped = run.draft.shaped if run.draft is not None and run.draft.text == reply else None
         structured: dict[str, Any] | None = None
+        # What the claim check does not read is not delivered: invisible characters go.
+        reply = visible(reply)
+        if reason is None and schema is not None and shaped is not None and shaped.value is None:
+            # Missed after the repair (even a blank repair): the shape's failure, which a
+            # route may escalate.
+            reason = "schema_invalid"
         if reason is None and _blank(reply):
             # Nothing to deliver is an abstention, never an answer.
             reason = "step_limit" if run.trace.get("step_limit") else "empty_reply"
@@ -83,10 +96,9 @@ class Delivery:
                 reason = "truncated"
             else:
                 flagged = True
-        schema = run.output_schema
         if schema is not None and reason is None:
             # A route that promises a shape delivers it or nothing.
-            structured = shaped.value if shaped is not None else None
+            structured = visible_strings(shaped.value) if shaped and shaped.value else None
             if structured is None:
                 reason = "schema_invalid"
         if grounded and reason is None:
@@ -207,10 +219,15 @@ class Delivery:
         else:
             claims = check_claims(reply, chunks, min_overlap=self.claim_min_overlap)
             if not claims.all_supported:
-                if self.unsupported_claims == "abstain":
+                try:
+                    cut = remove_unsupported(reply, claims)
+                except ValueError:  # the report does not cut this text: deliver none of it
+                    log.error("the claim check could not cut an answer; withheld")
+                    cut = None
+                if self.unsupported_claims == "abstain" or cut is None:
                     reason = "unsupported"
                 else:
-                    reply, flagged = remove_unsupported(reply, claims), True
+                    reply, flagged = cut, True
         if reason is None and not claims.grounded:
             # A knowledge route never delivers an answer without a supported citation.
             forged = any(c.cited or c.unknown for c in claims.claims)

@@ -97,7 +97,7 @@ def observe(dep: Deployment, case: EvalCase, principal: Principal) -> CaseObserv
                                       session_id=None, text=case.text)  # fmt: skip
     except GovragError as exc:  # a request that failed is a fault of the run, not an outcome
         return CaseObservation(case_id=case.id, route=case.route, request_id=None,
-                               abstained=True, reason="error", grounded=False,
+                               abstained=True, reason="error", grounded=None,
                                errors=(f"{type(exc).__name__}: {exc}",))  # fmt: skip
     latency_ms = (time.perf_counter() - started) * 1000
     errors = [f"the model failed ({answer.llm_fault})"] if answer.reason == "llm_error" else []
@@ -128,7 +128,8 @@ def observe(dep: Deployment, case: EvalCase, principal: Principal) -> CaseObserv
         errors=tuple(errors),
         ranking=tuple(ranking),
         cited=tuple(dict.fromkeys(cited)),
-        answer=answer.answer,
+        # A structured answer's facts are read in its values, not in their JSON escapes.
+        answer=" \n ".join(_texts(answer.structured)) if answer.structured else answer.answer,
         claims_checked=len(checked),
         claims_supported=sum(1 for c in checked if c.supported),
         scope_violations=tuple(_out_of_scope(dep, principal, case.route, answer)),

@@ -149,7 +149,7 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def suite_path(deployment: Path, suite_id: str) -> Path:
     """Where suite ``suite_id`` of a deployment lives (the id checked first: never a path)."""
-    if not SUITE_ID.match(suite_id):
+    if not SUITE_ID.fullmatch(suite_id):
         raise InputError(f"suite id {suite_id!r} is not a name (letters, digits, '_', '-', "
                          "'.'); give the file name under evals/ without '.jsonl'")  # fmt: skip
     return deployment / SUITES_DIR / f"{suite_id}.jsonl"

@@ -17,12 +17,12 @@ import re
 from pathlib import Path
 
 from govrag.problems import Collector
-from govrag.validation.structured import OutputSchema, subset_problems
+from govrag.validation.structured import OutputSchema, array_warnings, subset_problems
 
 FOLDER = "schemas"
 #: Largest schema file, in bytes: a shape, not a document.
 MAX_BYTES = 65_536
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 
 
 def load_schemas(c: Collector) -> dict[str, OutputSchema]:
@@ -33,9 +33,13 @@ def load_schemas(c: Collector) -> dict[str, OutputSchema]:
     out: dict[str, OutputSchema] = {}
     folder = c.root / FOLDER
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        if not _ID.match(path.stem):
+        if not _ID.fullmatch(path.stem):
             c.add(path, "", f"{path.name!r} does not name a schema id (letters, digits, '_', "
                             "'-', '.'); rename the file")  # fmt: skip
+            c.failed(path)
+            continue
+        if not path.is_file():  # a FIFO, a device, a link to one: nothing to read safely
+            c.add(path, "", "is not a regular file; write the schema as a file")
             c.failed(path)
             continue
         if path.stat().st_size > MAX_BYTES:
@@ -56,6 +60,8 @@ def load_schemas(c: Collector) -> dict[str, OutputSchema]:
         problems = list(subset_problems(schema))
         for where, message in problems:
             c.add(path, where, message)
+        for where, message in array_warnings(schema):
+            c.add(path, where, message, warning=True)
         if problems:
             c.failed(path)
             continue

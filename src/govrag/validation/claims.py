@@ -27,8 +27,11 @@ caller's text, not a pack another call saw). Per sentence, as written:
   clauses (split at ``;`` ``:`` ``,`` "and", "but") matches a chunk clause that way. So "is
   acceptable" does not pass for "is not acceptable", nor "available ... without restriction"
   for "not available", while a sentence joining two chunk sentences still can.
-- a sentence with no analysed term and no fact ("It is what it is.", markers alone) asserts
-  nothing and is supported.
+- a symbol neither a term nor a fact reads (an arrow, an emoji, a private-use character) must
+  occur in the chunk(s) too, and a lone letter or an over-long word is a name (facts); so a
+  sentence with no analysed term, no fact and no symbol ("It is what it is.", markers alone)
+  asserts nothing and is supported, while "t w e n t y  w e e k s" or a run of emoji does not
+  pass for nothing.
 
 The check is lexical and deterministic, so it is strict rather than clever: a faithful quote
 always passes, a paraphrase that changes a figure, a date, a name, a direction or a negation
@@ -40,6 +43,7 @@ that the cited chunk says so, not that the chunk is right: a readable document m
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -58,7 +62,9 @@ __all__ = ["check_claims", "remove_unsupported", "split_sentences"]
 # (Whitespace before a line break stays in the piece, which is stripped: a separator that
 # could start with a run of spaces would make the scan quadratic on long runs.)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|[\r\n]\s*")
-_BLANKS = re.compile(r"[ \t]*")
+#: White space within a line (a line break ends a sentence; any other space, a no-break one
+#: included, is skipped as :func:`remove_unsupported` skips it).
+_BLANKS = re.compile(r"[^\S\r\n]*")
 _SPACE = re.compile(r"\s*")
 _ALNUM = re.compile(r"\w")
 _BETWEEN_MARKERS = re.compile(r"[\s,;]*")
@@ -120,6 +126,8 @@ class _Evidence:
     #: Its sentences and its clauses, for the negation check.
     sentences: tuple[_Polarity, ...]
     clauses: tuple[_Polarity, ...]
+    #: The symbols it holds (:func:`_symbols`).
+    symbols: frozenset[str] = frozenset()
 
 
 def _evidence(chunk: PackChunk) -> _Evidence:
@@ -135,7 +143,22 @@ def _evidence(chunk: PackChunk) -> _Evidence:
         source,
         tuple(_polarity(normalise(p)) for p in [*pieces, *folded]),
         tuple(_polarity(c) for p in pieces for c in _clauses(normalise(p))),
+        _symbols(normalise(chunk.text)),
     )
+
+
+#: Characters neither a term nor a fact reads: symbols (math, modifier, other: arrows, emoji)
+#: and private-use or unassigned code points. Currency symbols are facts of their own.
+_OPAQUE = frozenset({"Sm", "Sk", "So", "Co", "Cn"})
+
+
+def _symbols(text: Normalised) -> frozenset[str]:
+    return frozenset(ch for ch in text if unicodedata.category(ch) in _OPAQUE)
+
+
+def _symbol_labels(symbols: Iterable[str]) -> list[str]:
+    """Missing symbols as :func:`~govrag.validation.facts.missing` labels its facts."""
+    return [f"symbol U+{ord(ch):04X}" for ch in sorted(symbols)]
 
 
 def _polarity(text: Normalised) -> _Polarity:
@@ -244,10 +267,12 @@ class _Said:
     claim: Claim
     sentence: _Polarity
     clauses: tuple[_Polarity, ...]
+    #: Its symbols: each must be in the chunk, or a run of emoji could say what no term does.
+    symbols: frozenset[str] = frozenset()
 
     @property
     def asserts(self) -> bool:
-        return bool(self.terms) or not self.claim.empty
+        return bool(self.terms) or not self.claim.empty or bool(self.symbols)
 
 
 def _said(text: str, *, opens: bool) -> _Said:
@@ -258,6 +283,7 @@ def _said(text: str, *, opens: bool) -> _Said:
         claim_of(text, opens_sentence=opens),
         sentence,
         tuple(_polarity(c) for c in _clauses(text)),
+        _symbols(text),
     )
 
 
@@ -274,6 +300,8 @@ def _judge(said: _Said, sources: Sequence[_Evidence], min_overlap: float) -> _Ju
     for e in sources:
         source = source | e.source
     lacking = missing(said.claim, source)
+    held: frozenset[str] = frozenset().union(*(e.symbols for e in sources))
+    lacking += _symbol_labels(said.symbols - held)
     chunk_id = sources[0].chunk.chunk_id
     reason: str | None = None
     if lacking:
@@ -290,7 +318,8 @@ def _best(said: _Said, evidence: Sequence[_Evidence], min_overlap: float) -> _Ju
     the verdict of the chunk sharing the most terms (``chunk_id`` ``None`` when none shares
     any)."""
     best: _Judged | None = None
-    closest: _Judged = (0.0, None, missing(said.claim, Source()), "no_evidence" if not evidence
+    nothing = missing(said.claim, Source()) + _symbol_labels(said.symbols)
+    closest: _Judged = (0.0, None, nothing, "no_evidence" if not evidence
                         else "low_overlap")  # fmt: skip
     for e in evidence:
         judged = _judge(said, [e], min_overlap)

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
 
-from govrag.store.analyzer import STOPWORDS, default_analyzer
+from govrag.store.analyzer import MAX_TOKEN_CHARS, STOPWORDS, default_analyzer
 from govrag.validation.normalise import mixed_script, normalise
 from govrag.validation.quantities import (
     CODES,
@@ -269,10 +269,17 @@ _NAME, _CAPITALISED = 1, 2
 def _kind(word: str) -> int:
     """``_NAME`` if ``word`` must occur in the chunk wherever it stands (an identifier such as
     Tier-2, v3, ISO27001; two capitals such as EU, MSA, McKinsey; a direction word; a word of
-    mixed scripts), ``_CAPITALISED`` if it must unless it opens the sentence (a capitalised
-    word that is not a stopword), else 0."""
+    mixed scripts; a lone letter or an over-long word, which no analysed term reads),
+    ``_CAPITALISED`` if it must unless it opens the sentence (a capitalised word that is not a
+    stopword), else 0."""
     folded = word.casefold()
     if folded in _DIRECTIONS or mixed_script(word):
+        return _NAME
+    if len(word) > MAX_TOKEN_CHARS or (len(word) == 1 and word.isalpha()
+                                       and folded not in STOPWORDS):  # fmt: skip
+        # Words the analyzer drops without being stopwords (a lone letter, an over-long run):
+        # no term reads them, so they must be in the chunk as written, or a sentence spelled
+        # "t w e n t y  w e e k s" would assert nothing.
         return _NAME
     if len(word) < 2 or word_currency(word) or word.upper() in CODES:
         return 0

@@ -33,7 +33,7 @@ import functools
 import re
 import unicodedata
 
-__all__ = ["Normalised", "currency_symbols", "mixed_script", "normalise"]
+__all__ = ["Normalised", "currency_symbols", "mixed_script", "normalise", "visible"]
 
 #: Default-ignorable code points that are not of category Cf (Unicode's
 #: DerivedCoreProperties: combining grapheme joiner, Hangul fillers, Khmer inherent vowels,
@@ -90,6 +90,19 @@ def _tables() -> tuple[dict[int, int | None], str]:
     for lo, hi in _IGNORABLE_RANGES:
         table.update(dict.fromkeys(range(lo, hi + 1)))
     return table, "".join(symbols)
+
+
+@functools.cache
+def _invisible() -> dict[int, None]:
+    """Step 1's table alone: every invisible character, mapped to nothing."""
+    return {cp: None for cp, to in _tables()[0].items() if to is None}
+
+
+def visible(text: str) -> str:
+    """``text`` without the invisible characters :func:`normalise` drops (step 1): what the
+    claim check did not read is not delivered either, so a supported sentence cannot carry a
+    payload in tag characters, zero-width spaces or bidi controls."""
+    return text.translate(_invisible())
 
 
 def currency_symbols() -> str:

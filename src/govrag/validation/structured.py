@@ -13,7 +13,10 @@ every fact it asserts. That is why an output schema is a *subset* of JSON Schema
   is closed (``additionalProperties`` absent or ``false``: a key the model names would be free
   text no check reads);
 - ``$ref``, ``anyOf``, ``oneOf``, ``allOf``, ``not``, conditionals and pattern properties are
-  refused, so which sub-schema governs which value is never in doubt.
+  refused, so which sub-schema governs which value is never in doubt; so is ``pattern`` (a
+  regular expression run on a model's reply can backtrack for minutes), and so are rules no
+  answer can meet (``required`` naming an unlisted property, an empty ``enum``, a minimum
+  above its maximum).
 
 :func:`read_answer` parses a model's reply (one JSON object, optionally in one code fence) and
 validates it; :func:`check_structured` runs the claim check over its free text, removes the
@@ -37,6 +40,7 @@ from typing import Any
 from govrag import strict_json
 from govrag.types import PackChunk
 from govrag.validation.claims import check_claims, remove_unsupported
+from govrag.validation.normalise import visible
 from govrag.validation.report import ClaimReport
 
 __all__ = ["OutputSchema", "Problem", "check_structured", "read_answer", "subset_problems"]
@@ -48,7 +52,8 @@ _BY_TYPE = {
     "object": frozenset({"properties", "required", "additionalProperties", "minProperties",
                          "maxProperties"}),
     "array": frozenset({"items", "minItems", "maxItems", "uniqueItems"}),
-    "string": frozenset({"minLength", "maxLength", "pattern", "format"}),
+    # No "pattern": a regular expression run on a model's reply can backtrack for minutes.
+    "string": frozenset({"minLength", "maxLength", "format"}),
     "number": frozenset({"minimum", "maximum"}),
     "integer": frozenset({"minimum", "maximum"}),
     "boolean": frozenset(),
@@ -87,6 +92,9 @@ class OutputSchema:
         :data:`MAX_PROBLEMS`, in path order."""
         from jsonschema import Draft202012Validator
 
+        if _depth(value) > MAX_DEPTH + 1:
+            return [Problem(f"the answer is nested deeper than {MAX_DEPTH} levels",
+                            f"the answer is nested deeper than {MAX_DEPTH} levels")]  # fmt: skip
         errors = sorted(Draft202012Validator(_closed(self.schema)).iter_errors(value),
                         key=lambda e: [str(p) for p in e.path])  # fmt: skip
         out = []
@@ -96,6 +104,18 @@ class OutputSchema:
             said = e.message if len(e.message) <= 300 else f"breaks the rule {rule[:200]}"
             out.append(Problem(f"at {where}: {said}", f"at {where}: breaks {rule[:200]}"))
         return out
+
+
+def _depth(value: Any) -> int:
+    """How deeply ``value`` nests objects and arrays (iteratively: a reply may be deep)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            stack.extend((v, level + 1) for v in (item.values() if isinstance(item, dict)
+                                                  else item))  # fmt: skip
+    return deepest
 
 
 def subset_problems(schema: Any, where: str = "") -> Iterator[tuple[str, str]]:
@@ -132,6 +152,7 @@ def _subset(
         yield _at(where, "type"), (f"{kind!r} is not one of {sorted(_BY_TYPE)}; give each value "
                                    "exactly one type (or an enum)")  # fmt: skip
         return
+    yield from _satisfiable(schema, where)
     if kind in ("number", "integer") and not closed:
         yield here, (f"a bare {kind} cannot cite its evidence; make it free text (a string the "
                      "claim check reads) or list its values in an enum")  # fmt: skip
@@ -156,6 +177,46 @@ def _subset(
             yield here, 'an array needs "items": the schema of every element'
         else:
             yield from _subset(schema["items"], _at(where, "items"), depth + 1)
+
+
+def _satisfiable(schema: dict[str, Any], where: str) -> Iterator[tuple[str, str]]:
+    """Rules no answer can meet (every request would pay a repair, then abstain)."""
+    if "enum" in schema and not schema["enum"]:
+        yield _at(where, "enum"), "an empty enum allows no value; list the choices"
+    for low, high in (("minLength", "maxLength"), ("minItems", "maxItems"),
+                      ("minProperties", "maxProperties"), ("minimum", "maximum")):  # fmt: skip
+        lo, hi = schema.get(low), schema.get(high)
+        if isinstance(lo, int | float) and isinstance(hi, int | float) and lo > hi:
+            yield _at(where, low), f"{low} {lo} is above {high} {hi}"
+    props = schema.get("properties", {})
+    for i, name in enumerate(schema.get("required", ())):
+        if isinstance(props, dict) and name not in props:
+            yield (
+                _at(where, f"required.{i}"),
+                (
+                    f"{name!r} is required but not among the properties "
+                    f"({', '.join(sorted(props)) or 'none'}); the closed object could never have it"
+                ),
+            )
+
+
+def array_warnings(schema: Any, where: str = "") -> Iterator[tuple[str, str]]:
+    """Arrays with no ``maxItems``: legal, but a model may then send any number of items,
+    and how many there are (or which closed choices they hold) is a message no check reads."""
+    if not isinstance(schema, dict):
+        return
+    if schema.get("type") == "array":
+        if "maxItems" not in schema:
+            yield (
+                where or "(the schema)",
+                (
+                    "an array with no maxItems: the count of items (and their closed choices) is "
+                    "unbounded text no check reads; set maxItems"
+                ),
+            )
+        yield from array_warnings(schema.get("items"), _at(where, "items"))
+    for name, sub in (schema.get("properties") or {}).items():
+        yield from array_warnings(sub, _at(where, f"properties.{name}"))
 
 
 def _at(where: str, key: str) -> str:
@@ -218,6 +279,18 @@ def free_text(value: dict[str, Any], schema: OutputSchema) -> list[str]:
     return [text for _, text in _free_text(value, schema.schema)]
 
 
+def visible_strings(value: Any) -> Any:
+    """``value`` with every string without the invisible characters the claim check drops
+    (:func:`~govrag.validation.normalise.visible`); keys stay (the schema closed them)."""
+    if isinstance(value, str):
+        return visible(value)
+    if isinstance(value, dict):
+        return {k: visible_strings(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [visible_strings(v) for v in value]
+    return value
+
+
 def _replaced(value: Any, path: tuple[str | int, ...], text: str) -> Any:
     if not path:
         return text
@@ -247,7 +320,12 @@ def check_structured(
         claims.extend(report.claims)
         unsupported.extend(report.unsupported)
         if not report.all_supported:
-            pruned = _replaced(pruned, path, remove_unsupported(text, report))
+            try:
+                cut = remove_unsupported(text, report)
+            except ValueError:  # a field the report cannot cut: the answer is not delivered
+                return report, value, [Problem("a field could not be cut",
+                                               "a field could not be cut")]  # fmt: skip
+            pruned = _replaced(pruned, path, cut)
     merged = ClaimReport(claims=tuple(claims), unsupported=tuple(unsupported),
                          all_supported=not unsupported)  # fmt: skip
     return merged, pruned, schema.problems(pruned) if unsupported else []
