@@ -147,7 +147,8 @@ def test_an_empty_store_answer_that_searched_or_claims_grounding_moves_grounding
     report = score(suite(EMPTY, thresholds=thresholds), [failed])
     assert report.overall.grounding_correctness == 0.0
     assert "expected an answer marked ungrounded with no search, got no answer" in (
-        report.cases[0].misses)
+        report.cases[0].misses
+    )
     # A case that expects a grounded answer, marked ungrounded.
     flat = score(suite({**ANSWERABLE, "grounded": True}, thresholds=thresholds),
                  [answered(grounded=False)])  # fmt: skip
