@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -121,3 +122,20 @@ def test_files_are_named_and_a_bom_is_fine(tmp_path: Path) -> None:
     with pytest.raises(ConfigFileError, match="cannot be read"):
         read_json(tmp_path / "missing.json")
     assert math.isfinite(parse_json("1e308"))
+
+
+def test_a_file_is_read_with_a_bound_and_never_waited_on(tmp_path: Path) -> None:
+    # A FIFO would block a plain open until a writer came; a device would be read forever.
+    fifo = tmp_path / "routes.json"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigFileError, match="not a regular file"):
+        read_json(fifo)
+    zero = tmp_path / "policy.json"
+    zero.symlink_to("/dev/zero")
+    with pytest.raises(ConfigFileError, match="not a regular file"):
+        read_json(zero)
+    big = tmp_path / "big.json"
+    big.write_text('{"a": "' + "x" * 100 + '"}')
+    with pytest.raises(ConfigFileError, match="is larger than 64 bytes"):
+        read_json(big, max_bytes=64)
+    assert read_json(big, max_bytes=200) == {"a": "x" * 100}

@@ -14,12 +14,17 @@ naming the file and where in it, never as a parser's traceback:
   :data:`MAX_DIGITS` digits, and strings with lone surrogates (``"\\udc00"``: not text;
   every later encode of it fails);
 - in Cedar: a policy longer than :data:`MAX_POLICY_CHARS` (long operator chains overflow
-  Cedar's parser too).
+  Cedar's parser too);
+- a file larger than its bound (:data:`MAX_FILE_BYTES` unless the caller names a smaller one),
+  and anything that is no regular file (a device, a FIFO, a link to one): never read without
+  bound, never waited on.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import tomllib
 from pathlib import Path
 from typing import Any, NoReturn
@@ -34,6 +39,8 @@ MAX_DEPTH = 64
 MAX_DIGITS = 100
 #: Longest single Cedar policy, in characters (real policies are a few hundred).
 MAX_POLICY_CHARS = 16_384
+#: Largest deployment file read, in bytes: configuration, not a data set.
+MAX_FILE_BYTES = 4 * 1024 * 1024
 
 
 class TextProblem(ValueError):
@@ -118,21 +125,39 @@ def check_cedar(text: str) -> None:
         )
 
 
-def read_text(path: Path) -> str:
-    """The UTF-8 text of ``path``; :class:`ConfigFileError` naming the file otherwise."""
+def read_text(path: Path, *, max_bytes: int = MAX_FILE_BYTES) -> str:
+    """The UTF-8 text of ``path``, at most ``max_bytes`` bytes of a regular file;
+    :class:`ConfigFileError` naming the file otherwise."""
     try:
-        data = path.read_bytes()
+        # Non-blocking, so a FIFO is refused below instead of waited on at open.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
         raise ConfigFileError(f"cannot be read: {exc.strerror or exc}", path=path) from exc
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise ConfigFileError("cannot be read: it is a directory", path=path)
+        if not stat.S_ISREG(mode):
+            raise ConfigFileError("cannot be read: it is not a regular file (a device, a FIFO, "
+                                  "or a link to one); write it as a file", path=path)  # fmt: skip
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(max_bytes + 1)
+    except OSError as exc:
+        raise ConfigFileError(f"cannot be read: {exc.strerror or exc}", path=path) from exc
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise ConfigFileError(f"is larger than {max_bytes} bytes; a deployment file holds "
+                              "configuration, keep it small", path=path)  # fmt: skip
     try:
         return decode_utf8(data)
     except TextProblem as exc:
         raise ConfigFileError(str(exc), path=path) from exc
 
 
-def read_json(path: Path) -> Any:
+def read_json(path: Path, *, max_bytes: int = MAX_FILE_BYTES) -> Any:
     """The strict JSON value of ``path`` (see :func:`parse_json`)."""
-    text = read_text(path)
+    text = read_text(path, max_bytes=max_bytes)
     try:
         return parse_json(text)
     except TextProblem as exc:

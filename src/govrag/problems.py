@@ -58,19 +58,19 @@ class Collector:
         """``path`` (a file or a bundle directory) did not load."""
         self.incomplete.add(self.rel(path).split("/", 1)[0])
 
-    def read_json(self, path: Path) -> Any:
+    def read_json(self, path: Path, *, max_bytes: int = deployfile.MAX_FILE_BYTES) -> Any:
         """Strict JSON (see :mod:`govrag.deployfile`); ``None`` and a problem otherwise."""
         try:
-            return deployfile.read_json(path)
+            return deployfile.read_json(path, max_bytes=max_bytes)
         except ConfigFileError as exc:
             self.add(path, "", exc.detail)
             self.failed(path)
         return None
 
-    def read_text(self, path: Path) -> str | None:
+    def read_text(self, path: Path, *, max_bytes: int = deployfile.MAX_FILE_BYTES) -> str | None:
         """UTF-8 text; ``None`` and a problem otherwise."""
         try:
-            return deployfile.read_text(path)
+            return deployfile.read_text(path, max_bytes=max_bytes)
         except ConfigFileError as exc:
             self.add(path, "", exc.detail)
             self.failed(path)

@@ -73,13 +73,14 @@ class Delivery:
         the ``response`` audit record written, access counted for cited documents."""
         # Only the evidence handed to the call that wrote the reply may be cited: not the
         # caller's text, not a pack another call saw.
-        handed = run.handed(reply)
+        draft = run.draft if run.draft is not None and run.draft.text == reply else None
+        handed = draft.evidence if draft is not None else ()
         schema = run.output_schema
         claims: ClaimReport | None = None
         flagged = False
         model_reply = reply
-        truncated = run.draft is not None and run.draft.text == reply and run.draft.truncated
-        shaped = run.draft.shaped if run.draft is not None and run.draft.text == reply else None
+        truncated = draft is not None and draft.truncated
+        shaped = draft.shaped if draft is not None else None
         structured: dict[str, Any] | None = None
         # What the claim check does not read is not delivered: invisible characters go.
         reply = visible(reply)

@@ -139,13 +139,11 @@ class ExtractiveResponder:
 
 
 def _best_sentences(
-    wanted: set[str] | None,
-    sources: Iterable[tuple[str, str]],
-    limit: int = MAX_SENTENCES,
-    least: int = 1,
+    wanted: set[str] | None, sources: Iterable[tuple[str, str]], least: int = 1
 ) -> list[tuple[str, str]]:
-    """The ``limit`` sentences sharing the most words (``least`` or more) with ``wanted`` (the
-    first sentences when ``wanted`` is ``None``), in rank order, as ``(sentence, source id)``."""
+    """The ``MAX_SENTENCES`` sentences sharing the most words (``least`` or more) with
+    ``wanted`` (the first sentences when ``wanted`` is ``None``), in rank order, as
+    ``(sentence, source id)``."""
     scored: list[tuple[int, int, str, str]] = []
     for order, (source_id, text) in enumerate(sources):
         for n, sentence in enumerate(_SENTENCE.split(text)):
@@ -157,10 +155,14 @@ def _best_sentences(
                 scored.append((-overlap, order * 10_000 + n, sentence, source_id))
     scored.sort()
     out = []
-    for _, _, sentence, source_id in scored[:limit]:
-        end = "" if sentence.endswith((".", "!", "?")) else "."
-        out.append((f"{sentence}{end}", source_id))
+    for _, _, sentence, source_id in scored[:MAX_SENTENCES]:
+        out.append((_ended(sentence), source_id))
     return out
+
+
+def _ended(sentence: str) -> str:
+    """``sentence`` with a full stop, unless it ends with one already (or ``!`` or ``?``)."""
+    return sentence if sentence.endswith((".", "!", "?")) else f"{sentence}."
 
 
 class _Filler:
@@ -222,8 +224,7 @@ class _Filler:
 
     def _cited(self, i: int) -> str:
         sentence, chunk_id, _ = self.sentences[i]
-        end = "" if sentence.endswith((".", "!", "?")) else "."
-        return f"{sentence}{end} [{chunk_id}]" if chunk_id else f"{sentence}{end}"
+        return f"{_ended(sentence)} [{chunk_id}]" if chunk_id else _ended(sentence)
 
 
 def _about(name: str, schema: Any) -> frozenset[str]:

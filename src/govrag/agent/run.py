@@ -123,7 +123,7 @@ class Run:
         """An answering call's system message: the route's prompt, if any, then govrag's
         ``rules``, then the output schema, if any."""
         if self.output_schema is not None:
-            rules = f"{rules}\n\n{prompts.structured(self.output_schema.compact())}"
+            rules = f"{rules}\n\n{prompts.structured(self.output_schema.compact)}"
         return self.prompt.system(rules) if self.prompt is not None else rules
 
     def record(self, event: AuditEventModel) -> None:
@@ -220,12 +220,6 @@ class Run:
                                     repair if self.steps_left else None)  # fmt: skip
         self.draft = Draft(reply.text, tuple(evidence), truncated=reply.truncated, shaped=shaped)
         return reply.text
-
-    def handed(self, reply: str) -> tuple[tuple[str, PackChunk], ...]:
-        """The evidence handed to the call that wrote ``reply``; none for any other text."""
-        if self.draft is not None and self.draft.text == reply:
-            return self.draft.evidence
-        return ()
 
     # -- retrieval ---------------------------------------------------------------------------
     def retrieve(

@@ -38,16 +38,7 @@ def load_schemas(c: Collector) -> dict[str, OutputSchema]:
                             "'-', '.'); rename the file")  # fmt: skip
             c.failed(path)
             continue
-        if not path.is_file():  # a FIFO, a device, a link to one: nothing to read safely
-            c.add(path, "", "is not a regular file; write the schema as a file")
-            c.failed(path)
-            continue
-        if path.stat().st_size > MAX_BYTES:
-            c.add(path, "", f"the schema has more than {MAX_BYTES} bytes; an answer's shape "
-                            "is small (split the route, or simplify the shape)")  # fmt: skip
-            c.failed(path)
-            continue
-        schema = c.read_json(path)
+        schema = c.read_json(path, max_bytes=MAX_BYTES)
         if schema is None:
             continue
         try:

@@ -31,6 +31,7 @@ schema's rule, never the model's words.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import re
 from collections.abc import Iterator, Sequence
@@ -83,19 +84,25 @@ class OutputSchema:
     #: SHA-256 of the schema file's canonical JSON: the version a response records.
     sha256: str
 
+    @functools.cached_property
     def compact(self) -> str:
         """The schema as one line of JSON (what a model is shown)."""
         return json.dumps(self.schema, separators=(",", ":"), ensure_ascii=False)
 
+    @functools.cached_property
+    def _validator(self) -> Any:
+        """The schema's validator, objects closed: built once, used for every answer."""
+        from jsonschema import Draft202012Validator
+
+        return Draft202012Validator(_closed(self.schema))
+
     def problems(self, value: Any) -> list[Problem]:
         """How ``value`` misses the schema (closed objects enforced), at most
         :data:`MAX_PROBLEMS`, in path order."""
-        from jsonschema import Draft202012Validator
-
         if _depth(value) > MAX_DEPTH + 1:
             return [Problem(f"the answer is nested deeper than {MAX_DEPTH} levels",
                             f"the answer is nested deeper than {MAX_DEPTH} levels")]  # fmt: skip
-        errors = sorted(Draft202012Validator(_closed(self.schema)).iter_errors(value),
+        errors = sorted(self._validator.iter_errors(value),
                         key=lambda e: [str(p) for p in e.path])  # fmt: skip
         out = []
         for e in errors[:MAX_PROBLEMS]:
