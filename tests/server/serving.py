@@ -6,7 +6,11 @@ bounds without timing anything)."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -15,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+import pytest
 import uvicorn
 
 import govrag
@@ -106,6 +112,55 @@ def serving(app: govrag.Govrag, *, mcp: bool = False, **config: Any) -> Iterator
         yield live.url
     finally:
         live.stop()
+
+
+#: The checkout's sources, for subprocesses that import govrag.
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+def subprocess_env(**overrides: str) -> dict[str, str]:
+    """This environment with the checkout's sources on ``PYTHONPATH`` and ``overrides``."""
+    path = os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "PYTHONPATH": path, **overrides}
+
+
+class ServeProcess:
+    """One ``govrag serve`` subprocess on ``root`` and an HTTP client of it."""
+
+    def __init__(self, name: str, root: Path, env: dict[str, str]) -> None:
+        port = free_port()
+        self.name = name
+        # Its log to a file: uvicorn logs every request, and a pipe nobody reads fills up.
+        self.log = root.parent / f"serve-{name}.log"
+        with self.log.open("w") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "govrag", "serve", "--port", str(port), "-d", str(root)],
+                env=env, stdout=subprocess.DEVNULL, stderr=log,
+            )  # fmt: skip
+        self.client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + 120  # a bound on start-up, not a timing assertion
+        while True:
+            if self.process.poll() is not None:
+                pytest.fail(f"govrag serve {self.name} exited: {self.log.read_text()[-3000:]}")
+            try:
+                if self.client.get("/readyz").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, f"govrag serve {self.name} did not start"
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        self.client.close()
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)  # uvicorn drains and exits
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
 
 
 def seed_bank(root: Path) -> Path:

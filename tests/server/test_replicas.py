@@ -14,24 +14,18 @@ one replica a request the other served, from the audit log alone.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from serving import RECORDS, bank, bearer, free_port
+from serving import RECORDS, ServeProcess, bank, bearer, subprocess_env
 
 import govrag
 
 from conftest import pg_store_settings
 
-SRC = Path(__file__).resolve().parents[2] / "src"
 NOT_FOUND = "https://govrag.dev/problems/not-found"
 #: Documents only ana may read, taken away from her during the module (by an ACL change and
 #: by a deletion) while both replicas hold them in their caches.
@@ -53,47 +47,6 @@ RETRIEVE = "retrieve_documents"
 MARKER_BUDGET = 2
 
 
-class Replica:
-    """One ``govrag serve`` process and a client of it."""
-
-    def __init__(self, name: str, root: Path, env: dict[str, str]) -> None:
-        port = free_port()
-        # Its own derived index, as on its own machine: only the database is shared.
-        env = {**env, "GOVRAG_STORE__INDEX_DIR": str(root.parent / f"index-{name}")}
-        self.name = name
-        # Its log to a file: uvicorn logs every request, and a pipe nobody reads fills up.
-        self.log = root.parent / f"replica-{name}.log"
-        with self.log.open("w") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "govrag", "serve", "--port", str(port), "-d", str(root)],
-                env=env, stdout=subprocess.DEVNULL, stderr=log,
-            )  # fmt: skip
-        self.client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
-
-    def wait_ready(self) -> None:
-        deadline = time.monotonic() + 120  # a bound on start-up, not a timing assertion
-        while True:
-            if self.process.poll() is not None:
-                pytest.fail(f"replica {self.name} exited: {self.log.read_text()[-3000:]}")
-            try:
-                if self.client.get("/readyz").status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, f"replica {self.name} did not start"
-            time.sleep(0.1)
-
-    def stop(self) -> None:
-        self.client.close()
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)  # uvicorn drains and exits
-            try:
-                self.process.wait(60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-
 @pytest.fixture(scope="module")
 def app(tmp_path_factory: pytest.TempPathFactory, pg_cluster: Any) -> Iterator[govrag.Govrag]:
     """The deployment as a third process sees it: it ingests and mints tokens."""
@@ -113,15 +66,22 @@ def app(tmp_path_factory: pytest.TempPathFactory, pg_cluster: Any) -> Iterator[g
 def replicas(app: govrag.Govrag) -> Iterator[tuple[httpx.Client, httpx.Client]]:
     store = app.settings.store
     assert store.admin_url is not None
-    path = os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])
-    env = {**os.environ, "PYTHONPATH": path, "GOVRAG_AUTH__DEV_TOKENS": "true",
-           "GOVRAG_STORE__URL": store.url.get_secret_value(),
-           "GOVRAG_STORE__ADMIN_URL": store.admin_url.get_secret_value(),
-           "GOVRAG_SEARCH__MARKER_BUDGET": str(MARKER_BUDGET),
-           # Many requests of one caller, about what they see, not how many they may send.
-           "GOVRAG_SERVER__RATE_PER_MINUTE": "1000000",
-           "GOVRAG_SERVER__RATE_BURST": "100000"}  # fmt: skip
-    started = [Replica(name, app.settings.deployment, env) for name in ("a", "b")]
+    env = subprocess_env(
+        GOVRAG_AUTH__DEV_TOKENS="true",
+        GOVRAG_STORE__URL=store.url.get_secret_value(),
+        GOVRAG_STORE__ADMIN_URL=store.admin_url.get_secret_value(),
+        GOVRAG_SEARCH__MARKER_BUDGET=str(MARKER_BUDGET),
+        # Many requests of one caller, about what they see, not how many they may send.
+        GOVRAG_SERVER__RATE_PER_MINUTE="1000000",
+        GOVRAG_SERVER__RATE_BURST="100000",
+    )
+    # Each its own derived index, as on its own machine: only the database is shared.
+    root = app.settings.deployment
+    index = {name: str(root.parent / f"index-{name}") for name in ("a", "b")}
+    started = [
+        ServeProcess(name, root, {**env, "GOVRAG_STORE__INDEX_DIR": path})
+        for name, path in index.items()
+    ]
     try:
         for replica in started:  # both start at once; wait for each
             replica.wait_ready()

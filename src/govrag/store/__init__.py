@@ -18,6 +18,7 @@ from govrag.store.protocol import (
     StoreAdmin,
 )
 from govrag.store.sqlite import SQLiteStore
+from govrag.store.sqlite_database import is_sqlite_file
 from govrag.store_url import parse_store_url, redact, scrub
 
 __all__ = [
@@ -91,10 +92,6 @@ def _check_conninfo(field: str, url: str) -> None:
         ) from None
 
 
-#: The first 16 bytes of every SQLite 3 database file.
-_SQLITE_HEADER = b"SQLite format 3\x00"
-
-
 def location_problems(settings: Settings) -> list[tuple[str, str]]:
     """``(field, problem)`` for each place the store would be created in that cannot be
     meant: the SQLite file's directory and ``index_dir``'s parent must exist (a typo must
@@ -108,7 +105,7 @@ def location_problems(settings: Settings) -> list[tuple[str, str]]:
             out.append(("store.url", f"names the directory {str(path)!r}; name a file in it"))
         elif not path.parent.is_dir():
             out.append(("store.url", _missing(path.parent)))
-        elif path.is_file() and path.stat().st_size and not _is_sqlite(path):
+        elif path.is_file() and path.stat().st_size and not is_sqlite_file(path):
             problem = f"{str(path)!r} is not an SQLite database (nothing was changed); "
             out.append(("store.url", problem + "point the url at the store's .db file"))
     if parsed.kind != "memory":
@@ -123,8 +120,3 @@ def _missing(directory: Path) -> str:
         f"the directory {str(directory)!r} does not exist (nothing was created); fix the path "
         "or create the directory"
     )
-
-
-def _is_sqlite(path: Path) -> bool:
-    with path.open("rb") as fh:
-        return fh.read(len(_SQLITE_HEADER)) == _SQLITE_HEADER

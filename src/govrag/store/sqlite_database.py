@@ -5,12 +5,23 @@ connection is shared by every thread and serialised by :attr:`SQLiteDatabase.loc
 store serialises its derived indexes on the same lock, so a search sees no write between its
 statements. Audit commits are synchronous (``synchronous=FULL``): a committed event reaches
 the disk before the call returns, while ingest keeps the cheaper ``NORMAL``.
+
+Several processes share one file (``govrag serve`` beside CLI commands and library users), and
+SQLite coordinates them with POSIX advisory locks, which belong to the process and the file:
+closing *any* descriptor of the file, opened by anyone in the process, drops all of them. A
+process whose locks are gone looks absent to the others, so the last one to close a connection
+deletes the WAL this process still writes to (its audit events then go to a deleted file). So
+this module keeps the files it holds open, and :func:`is_sqlite_file` (the only other reader of
+a store file) never opens one of them: a file this process holds a connection to is an SQLite
+database already.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
@@ -19,6 +30,38 @@ from typing import Any
 from govrag.errors import StoreError
 from govrag.store.dialect import SQLITE, Conn
 from govrag.store.migrations import migrate_sqlite
+
+#: The first 16 bytes of every SQLite 3 database file.
+_HEADER = b"SQLite format 3\x00"
+#: Files this process holds a connection to, as ``(device, inode)`` -> connections.
+_held: Counter[tuple[int, int]] = Counter()
+_held_lock = threading.Lock()
+
+
+def _file_id(path: str | Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def holds(path: str | Path) -> bool:
+    """Whether this process holds a connection to the SQLite file at ``path``."""
+    key = _file_id(path)
+    with _held_lock:
+        return key is not None and _held[key] > 0
+
+
+def is_sqlite_file(path: str | Path) -> bool:
+    """Whether ``path`` starts with the SQLite 3 header, read without ever opening a file this
+    process holds a connection to (which would drop the process's locks on it)."""
+    with _held_lock:  # held while reading: no connection of this process opens it meanwhile
+        key = _file_id(path)
+        if key is not None and _held[key] > 0:
+            return True
+        with open(path, "rb") as fh:
+            return fh.read(len(_HEADER)) == _HEADER
 
 
 class SQLiteDatabase:
@@ -32,14 +75,22 @@ class SQLiteDatabase:
         #: Held by every statement on :attr:`connection` (re-entrant: a transaction's
         #: statements and the store's derived-index work nest inside it).
         self.lock = threading.RLock()
+        memory = self.path == ":memory:"
         try:
-            if self.path != ":memory:":
+            if not memory:
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA foreign_keys=ON")
-            conn.execute("PRAGMA busy_timeout=15000")
+            # Registered under the same lock a header read takes: no thread of this process
+            # reads the file between this connection's first lock and its registration.
+            with _held_lock:
+                conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+                # The busy timeout first: another process may hold the file right now.
+                conn.execute("PRAGMA busy_timeout=15000")
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.execute("PRAGMA foreign_keys=ON")
+                self._file = None if memory else _file_id(self.path)
+                if self._file is not None:
+                    _held[self._file] += 1
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open the SQLite store {self.path!r}: {exc}") from exc
         #: The one connection; only under :attr:`lock` (white-box tests trace and break it).
@@ -49,6 +100,12 @@ class SQLiteDatabase:
     def close(self) -> None:
         with self.lock:
             self.connection.close()
+            if self._file is not None:
+                with _held_lock:
+                    _held[self._file] -= 1
+                    if _held[self._file] <= 0:
+                        del _held[self._file]
+                self._file = None
 
     @contextmanager
     def tx(self, tenant: str, *, read: bool = False) -> Iterator[Conn]:
