@@ -143,7 +143,7 @@ def test_filters_and_corpus(deployment: Path) -> None:
     ("args", "message"),
     [
         (["wire", "--as", "nobody"], "unknown principal 'nobody'"),
-        (["wire", "--as", "ana", "--route", "nope"], "unknown route 'nope'; known routes: "),
+        (["wire", "--as", "ana", "--route", "nope"], "unknown route 'nope'; "),
         (["wire", "--as", "ana", "--session", "ses-0"], "no session 'ses-0' for this principal"),
         (["wire", "--as", "ana", "--filter", "novalue"], "is not KEY=VALUE"),
         (["wire", "--as", "ana", "--filter", "bad key=1"], "--filter 'bad key=1'"),
@@ -156,6 +156,16 @@ def test_bad_input_is_one_clear_line(deployment: Path, args: list[str], message:
     assert done.returncode == 2
     assert message in done.stderr
     assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+@pytest.mark.parametrize("command", ["search", "ask"])
+def test_an_unknown_route_lists_the_routes_to_the_operator(deployment: Path, command: str) -> None:
+    # Whoever runs the CLI holds the deployment's files: the routes are theirs to see (an HTTP
+    # or MCP caller gets the message alone: tests/attacks/test_route_enumeration.py).
+    done = govrag(command, "wire limit", "--as", "ana", "--route", "nope", "--deployment",
+                  str(deployment), cwd=deployment)  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "unknown route 'nope'; " in done.stderr and "known routes: 'search'" in done.stderr
 
 
 def test_a_denied_corpus_is_reported_not_searched(deployment: Path) -> None:

@@ -104,7 +104,8 @@ def test_corpus_descriptions_from_config(tmp_path: Path) -> None:
     with (tmp_path / "govrag.toml").open("a") as fh:
         fh.write('\n[corpora.policy-engine]\ndescription = "Bank policies"\n')
     dep = Deployment.load(tmp_path)
-    assert dep.store.list_corpora("bank") == [("policy-engine", "Bank policies")]
+    assert dep.catalog("bank") == [("policy-engine", "Bank policies")]
+    assert dep.catalog("other") == [("policy-engine", "Bank policies")]  # per tenant
     dep.close()
 
 

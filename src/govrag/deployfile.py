@@ -17,7 +17,10 @@ naming the file and where in it, never as a parser's traceback:
   Cedar's parser too);
 - a file larger than its bound (:data:`MAX_FILE_BYTES` unless the caller names a smaller one),
   and anything that is no regular file (a device, a FIFO, a link to one): never read without
-  bound, never waited on.
+  bound, never waited on;
+- when the caller names the directory a file must stay in (``inside``), a link leading out of
+  it: a file in the deployment is then the deployment's own, never another file of the
+  machine reached through a link.
 """
 
 from __future__ import annotations
@@ -125,12 +128,30 @@ def check_cedar(text: str) -> None:
         )
 
 
-def read_text(path: Path, *, max_bytes: int = MAX_FILE_BYTES) -> str:
-    """The UTF-8 text of ``path``, at most ``max_bytes`` bytes of a regular file;
-    :class:`ConfigFileError` naming the file otherwise."""
+def contained(path: Path, inside: Path) -> Path:
+    """``path`` with every link resolved, when that is within the directory ``inside``;
+    :class:`ConfigFileError` naming the file, where it leads and the fix otherwise."""
+    real = Path(os.path.realpath(path))
+    root = Path(os.path.realpath(inside))
+    if real != root and root not in real.parents:
+        raise ConfigFileError(f"is a link to {str(real)!r}, outside the deployment directory "
+                              f"{str(root)!r}; copy the file into the deployment",
+                              path=path)  # fmt: skip
+    return real
+
+
+def read_text(path: Path, *, max_bytes: int = MAX_FILE_BYTES, inside: Path | None = None) -> str:
+    """The UTF-8 text of ``path``, at most ``max_bytes`` bytes of a regular file (within the
+    directory ``inside`` once links are resolved, when it is given); :class:`ConfigFileError`
+    naming the file otherwise."""
+    target, flags = path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+    if inside is not None:
+        # The resolved path is opened without following a last link, so a link swapped in
+        # after the check is refused rather than followed out.
+        target, flags = contained(path, inside), flags | getattr(os, "O_NOFOLLOW", 0)
     try:
         # Non-blocking, so a FIFO is refused below instead of waited on at open.
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(target, flags)
     except OSError as exc:
         raise ConfigFileError(f"cannot be read: {exc.strerror or exc}", path=path) from exc
     try:

@@ -26,6 +26,7 @@ from govrag.agent.tool_calls import CallerTools
 from govrag.audit.auto import Checkpointer
 from govrag.audit.checkpoint import CheckpointDir
 from govrag.audit.events import WritebackAdmissionEvent, write
+from govrag.audit.keys import load_retired_keys, signing_key_problem
 from govrag.deployfile import read_json
 from govrag.embed import get_embedder
 from govrag.embed.base import Embedder
@@ -129,11 +130,17 @@ class Deployment:
         store = open_store(self.settings, self.embedder)
         # Every committed audit event may be due for a signed checkpoint (after its commit).
         store.observe_audit(self.checkpointer.observe)
-        for corpus_id, corpus in self.settings.corpora.items():
-            if corpus.description:
-                owner = corpus.tenant or self.settings.default_tenant
-                store.describe_corpus(owner, corpus_id, corpus.description)
         return store
+
+    def catalog(self, tenant: str) -> list[tuple[str, str]]:
+        """``(corpus id, description)`` of ``tenant``'s corpora: those it holds documents in
+        and those ``[corpora]`` describes for it (their description wins), by id."""
+        tenancy = self.settings.tenancy
+        out = dict(self.store.list_corpora(tenant))
+        for corpus_id, corpus in self.settings.corpora.items():
+            if tenancy.holds(tenant, corpus_id):
+                out[corpus_id] = corpus.description or out.get(corpus_id, "")
+        return sorted(out.items())
 
     @cached_property
     def config(self) -> DeploymentConfig:
@@ -270,9 +277,7 @@ class Deployment:
                 window_hours=self.settings.search.marker_window_hours,
                 max_contacts=self.settings.search.marker_max_contacts,
             ),
-            # A corpus belongs to one tenant: its own setting, else the deployment's.
-            corpus_tenants={cid: c.tenant for cid, c in self.settings.corpora.items() if c.tenant},
-            default_tenant=self.settings.default_tenant,
+            tenancy=self.settings.tenancy,
         )
 
     @cached_property
@@ -285,7 +290,7 @@ class Deployment:
     @cached_property
     def tools(self) -> CallerTools:
         """The routes' tools for callers with a model of their own (HTTP, MCP)."""
-        return CallerTools(self.governed, catalog=self.store.list_corpora,
+        return CallerTools(self.governed, catalog=self.catalog,
                            read_document=self.store.readable_document,
                            confirm=self.rights.confirms,
                            count_click=self._count_click)  # fmt: skip
@@ -297,7 +302,8 @@ class Deployment:
     def sessions(self) -> Sessions:
         """Sessions on this deployment's routes, pinned at start."""
         config = self.config  # first: a broken config is refused before the store is created
-        return Sessions(self.store, config, default_route=self.settings.default_route)
+        return Sessions(self.store, config, default_route=self.settings.default_route,
+                        tenancy=self.settings.tenancy)  # fmt: skip
 
     @cached_property
     def tokens(self) -> TokenVerifier:
@@ -336,7 +342,7 @@ class Deployment:
             self.governed,
             self.llm,
             audit=self.store,
-            catalog=self.store.list_corpora,
+            catalog=self.catalog,
             is_empty=self.store.is_empty_for,
             record_access=self.store.record_access,
             strategy=self.settings.search.default_strategy,
@@ -357,7 +363,13 @@ class Deployment:
         a = self.settings.audit
         return Checkpointer(self.checkpoints, self.settings.resolve_path(a.signing_key),
                             every_events=a.checkpoint_every_events,
-                            every_seconds=a.checkpoint_every_seconds)  # fmt: skip
+                            every_seconds=a.checkpoint_every_seconds,
+                            verify_keys=self.verify_keys)  # fmt: skip
+
+    @property
+    def verify_keys(self) -> list[Path]:
+        """``[audit] verify_keys``, resolved: where the retired public keys are."""
+        return [self.settings.resolve_path(p) for p in self.settings.audit.verify_keys]
 
     def __enter__(self) -> Deployment:
         return self
@@ -439,6 +451,23 @@ def auth_problems(dep: Deployment) -> list[Problem]:
         return [Problem(CONFIG_FILE, "auth.jwks_file", f"{auth.jwks_file} holds no usable key "
                         "(see the log); every token would be refused")]  # fmt: skip
     return []
+
+
+def audit_problems(dep: Deployment) -> list[Problem]:
+    """What stops the audit anchor from signing checkpoints or checking them: a signing key
+    that cannot sign (unreadable, not a key, open to other users: refused, not used), a
+    keyring entry that cannot be read or that others can write. A missing key is not one
+    (a deployment may take no checkpoints; ``govrag audit verify`` says so)."""
+    out = []
+    a = dep.settings.audit
+    problem = signing_key_problem(dep.settings.resolve_path(a.signing_key))
+    if problem is not None:
+        out.append(Problem(CONFIG_FILE, "audit.signing_key", problem))
+    try:
+        load_retired_keys(dep.verify_keys)
+    except ConfigError as exc:
+        out.append(Problem(CONFIG_FILE, "audit.verify_keys", str(exc)))
+    return out
 
 
 def check_deployment(settings: Settings) -> tuple[DeploymentConfig | None, list[Problem]]:

@@ -7,6 +7,7 @@ parser errors are wrapped with ``raise ... from exc`` so the cause stays inspect
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from os import PathLike
 from typing import Literal
 
@@ -92,8 +93,44 @@ class IdentityConflict(InputError):
         )
 
 
+class SourceConflict(InputError):
+    """A configured source (``[sources.<name>]``) would change or delete a group or document
+    that another configured source sharing its ``source_system`` wrote. Nothing was changed;
+    the message names the row, both sources and the fix."""
+
+    @classmethod
+    def refused(
+        cls, kind: str, name: str, source_system: str, owner: str, writer: str, *, delete: bool
+    ) -> SourceConflict:
+        """The refusal of ``writer``'s write (or delete) of ``owner``'s ``kind`` ``name``."""
+        what = "delete" if delete else "change"
+        return cls(
+            f"{kind} {name!r} of source system {source_system!r} was written by source "
+            f"{owner!r}, so source {writer!r} may not {what} it (nothing changed): sources "
+            "sharing a source_system each manage only their own groups and documents; give "
+            f"this {kind} another id in source {writer!r}, or give the sources distinct "
+            "source_system values in govrag.toml"
+        )
+
+
 class NotFoundError(InputError):
     """A named thing (principal, corpus, tenant, deployment) does not exist."""
+
+
+class UnknownRouteError(NotFoundError):
+    """No route of the deployment is the one asked for. The message names only what the
+    caller sent: the route table is the operator's, and a token holder over HTTP or MCP may
+    not enumerate it. ``known_routes`` holds it for an operator, whom the CLI shows it
+    (:meth:`for_operator`), because they run it on the deployment's own files."""
+
+    def __init__(self, message: str, *, known_routes: Iterable[str]) -> None:
+        super().__init__(message)
+        self.known_routes = tuple(sorted(known_routes))
+
+    def for_operator(self) -> str:
+        """The message with the deployment's routes: for the CLI only, never a caller."""
+        known = ", ".join(repr(r) for r in self.known_routes) or "none"
+        return f"{self}; known routes: {known}"
 
 
 #: Why a bearer token was refused: for logs and tests only. The caller is told
@@ -101,7 +138,7 @@ class NotFoundError(InputError):
 TokenFault = Literal[
     "missing", "malformed", "alg_not_allowed", "unknown_key", "bad_signature", "expired",
     "not_yet_valid", "wrong_audience", "wrong_issuer", "bad_claims", "tenant_not_served",
-    "no_keys",
+    "no_keys", "too_long_lived",
 ]  # fmt: skip
 TOKEN_REFUSED = "invalid or missing bearer token"
 

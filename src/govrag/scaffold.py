@@ -176,6 +176,7 @@ timeout_s = 2.0
 checkpoint_dir = "audit-checkpoints"   # better: storage the database's admins cannot write
 signing_key = "keys/audit-signing-key.pem"   # Ed25519, mode 0600; written by govrag init
 # verify_key = "keys/audit-signing-key.pub"   # an examiner's copy of the public key
+# verify_keys = ["keys/audit-keyring"]   # retired public keys (govrag audit keygen --rotate)
 checkpoint_every_events = 1000   # a checkpoint after this many events of a tenant ...
 checkpoint_every_seconds = 30.0   # ... or at its first event this long after the last one
 
@@ -183,6 +184,7 @@ checkpoint_every_seconds = 30.0   # ... or at its first event this long after th
 # [corpora.policy-engine]
 # description = "Bank policies: limits, approvals, controls"
 # classification = "internal"     # callers below this clearance are denied the corpus
+# tenants = ["bank"]              # only these tenants have it (default: each tenant has its own)
 """,
         encoding="utf-8",
     )

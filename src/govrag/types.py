@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import unicodedata
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import IntEnum, StrEnum
 from typing import Annotated, Literal
@@ -154,14 +156,74 @@ class Retrieval(Frozen):
         return value
 
 
+@dataclass(frozen=True)
+class CorpusTenancy:
+    """Which tenants hold each corpus id.
+
+    A corpus is per tenant: one id names one corpus in every tenant, each with its own
+    documents, so one deployment's routes serve every tenant by the same corpus ids. An id
+    may be kept to some tenants (``[corpora.<id>] tenants``); to any other tenant that corpus
+    does not exist: its sessions' pinned scope leaves it out, a proposal naming it is out of
+    scope like an id no route has, and ingest refuses documents into it.
+    """
+
+    #: corpus id -> the only tenants that hold it; an id not here is held by every tenant.
+    restricted: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+    def holds(self, tenant: str, corpus: str) -> bool:
+        tenants = self.restricted.get(corpus)
+        return tenants is None or tenant in tenants
+
+    def scope(self, tenant: str, corpora: Iterable[str]) -> tuple[str, ...]:
+        """``corpora`` as ``tenant`` has them, in order."""
+        return tuple(c for c in corpora if self.holds(tenant, c))
+
+
 Identifier = Annotated[str, StringConstraints(min_length=1, max_length=256, strip_whitespace=True)]
+#: An e-mail address as written (:func:`check_email` gives the form addresses are matched by).
+Email = Annotated[str, StringConstraints(min_length=3, max_length=320)]
+
+
+def check_email(value: str) -> str:
+    """``value`` as e-mail addresses are matched (casefolded), or :class:`ValueError` quoting it
+    and naming the fix.
+
+    Principals, identity records and the store compare addresses casefolded, so that
+    ``Ana@Bank.Example`` is ``ana@bank.example``. Casefolding does more than change case,
+    though: the Kelvin sign becomes ``k``, ``ß`` becomes ``ss``, the final sigma ``σ``. An
+    address holding such a character would match another person's (a verified token for
+    ``straße@`` would read ``strasse@``'s documents), so it is refused rather than folded:
+    every accepted address is compatibility-free (NFKC) and each of its characters casefolds
+    to its plain lower case, so two accepted addresses match only when they differ in case
+    alone. Surrounding whitespace is refused too, not stripped: what matches is what was sent.
+    """
+    shown = repr(value) if len(value) <= 100 else f"{value[:100]!r}..."
+    if value != value.strip():
+        raise ValueError(f"email {shown} has leading or trailing whitespace; remove it")
+    if "@" not in value:
+        raise ValueError(f"email {shown} has no '@'; give the principal's email address")
+    if unicodedata.normalize("NFKC", value) != value:
+        raise ValueError(
+            f"email {shown} holds compatibility characters (it is not NFKC), which addresses "
+            "are matched without, so it could match another address; send it in NFC without "
+            "them (ask the identity provider or the source for its plain spelling)"
+        )
+    for ch in value:
+        if ch.casefold() != ch.lower():
+            raise ValueError(
+                f"email {shown}: {ch!r} (U+{ord(ch):04X}) becomes {ch.casefold()!r} when "
+                "addresses are matched, so it would match another address; bind the account "
+                f"to an address without {ch!r} (ask the identity provider or the source)"
+            )
+    return value.casefold()
 
 
 class Principal(Frozen):
     """Verified claims of a caller. Identity never comes from a request body or tool argument."""
 
     sub: Identifier
-    email: Annotated[str, StringConstraints(min_length=3, max_length=320, strip_whitespace=True)]
+    #: As written (no surrounding whitespace), stored casefolded (:func:`check_email`).
+    email: Email
     tenant: Identifier
     roles: tuple[str, ...] = ()
     doc_entitlements: tuple[str, ...] = ()
@@ -193,9 +255,7 @@ class Principal(Frozen):
     @field_validator("email")
     @classmethod
     def _check_email(cls, value: str) -> str:
-        if "@" not in value:
-            raise ValueError(f"email {value!r} has no '@'; give the principal's email address")
-        return value.casefold()
+        return check_email(value)
 
 
 class DocumentInfo(Frozen):

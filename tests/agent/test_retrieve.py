@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from govrag.deployment import Deployment
-from govrag.errors import ConfigError, NotFoundError, StoreError
+from govrag.errors import ConfigError, NotFoundError, StoreError, UnknownRouteError
 from govrag.routes.session import PinViolation
 from govrag.types import Principal, SearchRequest, SearchResult, Strategy
 
@@ -226,8 +226,10 @@ def test_settings_naming_missing_config_are_refused(
 
 def test_no_route_named_and_no_default(make_deployment: MakeDeployment) -> None:
     dep = make_deployment(default_route=None)
-    with pytest.raises(NotFoundError, match="no default_route set; known routes: 'chat'"):
+    with pytest.raises(UnknownRouteError, match="no default_route set; name a route") as raised:
         dep.governed.search(officer(dep), "wire")
+    known = raised.value.known_routes
+    assert "chat" in known and not any(repr(r) in str(raised.value) for r in known)
 
 
 def test_a_pack_that_cannot_be_recorded_is_not_delivered(

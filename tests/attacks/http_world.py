@@ -40,7 +40,7 @@ PEOPLE: dict[str, dict[str, Any]] = {
             "doc_entitlements": ["policy:read", "fresh:read", "hr:read"]},
     "ben": {"email": "ben@bank.example", "tenant": "bank", "clearance": "internal",
             "roles": ["analyst"], "doc_entitlements": ["policy:read", "fresh:read"]},
-    "zed": {"email": "zed@other.example", "tenant": "other", "clearance": "restricted",
+    "zed": {"email": "zed@other.example", "tenant": "other", "clearance": "confidential",
             "roles": ["analyst"], "doc_entitlements": ["policy:read", "hr:read"]},
     "eve": {"email": "eve@bank.example", "tenant": "bank", "clearance": "public",
             "roles": ["examiner"], "doc_entitlements": []},
@@ -78,9 +78,16 @@ EXTRA_BANK = [
     doc("hr-wire", "HR: wire limit exceptions for corporate payroll clients.", ["S-1"],
         corpus="hr"),
 ]  # fmt: skip
+#: In the other tenant's corpus of the same id, above zed's clearance: nothing zed may see
+#: either (below it, it would rightly raise zed's marker).
 EXTRA_OTHER = [
     ident("ana@bank.example", "O-2"),
-    doc("other-wire", "The corporate wire limit for EU clients is EUR 1 per day.", ["O-2"]),
+    doc(
+        "other-wire",
+        "The corporate wire limit for EU clients is EUR 1 per day.",
+        ["O-2"],
+        classification="restricted",
+    ),
 ]
 
 

@@ -10,6 +10,8 @@ end in a one-line finding. Both backends.
 from __future__ import annotations
 
 import json
+import logging
+import shutil
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -233,3 +235,28 @@ def test_what_is_not_detected_a_cut_after_the_last_checkpoint(anchored: Anchored
     EVERY - 1 of them) can be cut unseen by someone with write access to the database."""
     tamper(anchored.store, *rewind("t1", 11))
     assert anchored.verify().ok
+
+
+def test_a_cut_log_with_its_checkpoints_removed_is_not_adopted(
+    anchored: Anchored, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Cut t1 back to 8 and remove the checkpoint folder (or restore it from an empty
+    backup): the next process's first event must not become the tenant's first checkpoint,
+    or the cut chain would verify clean after one more request."""
+    tamper(anchored.store, *rewind("t1", 8))
+    shutil.rmtree(anchored.directory.root)
+    fresh = Checkpointer(anchored.directory, anchored.key_path, every_events=EVERY,
+                         every_seconds=3600, clock=lambda: NOW)  # fmt: skip
+    anchored.store.observe_audit(fresh.observe)
+    with caplog.at_level(logging.WARNING, logger="govrag.audit"):
+        for i in range(2 * EVERY):  # past a due point too
+            anchored.store.append_audit("t1", "pep_decision", {"n": i}, request_id="x",
+                                        session_id="s")  # fmt: skip
+    assert fresh.written == 0 and not anchored.directory.has_history("t1")
+    assert anchored.kinds() == {"t1": ["unanchored"], "t2": ["unanchored"]}
+    # Each process says why, once: the new one saw a chain under way, the running one (the
+    # fixture's) had seen checkpoints that are gone now.
+    new, running = [r.getMessage() for r in caplog.records if r.name == "govrag.audit"]
+    assert "tenant 't1' at event 9" in new and "8 earlier events" in new
+    assert "tenant 't1' at event 16" in running and "history was removed" in running
+    assert "govrag audit checkpoint --tenant t1" in new

@@ -264,3 +264,17 @@ def test_a_deep_filter_value_is_a_plain_string(deployment: Path) -> None:
     done = govrag([*SEARCH, "--filter", "doc_type=" + "[" * 100_000], deployment)
     assert done.returncode == 0, done.stderr[-500:]
     assert json.loads(done.stdout)["results"] == []
+
+
+@pytest.mark.parametrize("command", [["index", "verify"], ["index", "rebuild"], ["curate"]])
+def test_a_mistyped_tenant_is_an_error_not_a_clean_report(
+    deployment: Path, command: list[str]
+) -> None:
+    # A clean "0 chunks, 0 differences" for a tenant that is not there would tell the
+    # operator the index they meant to check is sound.
+    assert govrag(["ingest", str(SAMPLE)], deployment).returncode == 0
+    done = govrag([*command, "--tenant", "bnak"], deployment)
+    assert_one_line(done, "tenant 'bnak' holds nothing in this deployment's store",
+                    "check --tenant")  # fmt: skip
+    tenant = json.loads(govrag(["index", "verify", "--json"], deployment).stdout)["tenants"][0]
+    assert govrag([*command, "--tenant", tenant["tenant"]], deployment).returncode == 0

@@ -118,7 +118,8 @@ CASES: dict[str, Case] = {
                             found(*READS["ana"])),
     "search the unrouted corpus": Case("search", "ana", {"query": WIRE_Q, "corpora": ["hr"]},
                                        denied("out_of_scope")),
-    "search as another tenant": Case("search", "zed", {"query": WIRE_Q}),
+    # A corpus is per tenant: zed searches tenant other's "policy", never the bank's.
+    "search as another tenant": Case("search", "zed", {"query": WIRE_Q}, found("their-wire")),
     "search a restricted word": Case("search", "ana", {"query": "restricted memo rise"},
                                      found(*READS["ana"])),
     # The marker oracle: ben learns that ana's wire document exists and whom to ask, never
@@ -159,10 +160,11 @@ CASES: dict[str, Case] = {
                                         "sub": "ana", "email": "ana@bank.example"}},
         refused(400, "invalid-request")),
     "retrieve in another tenant": Case("retrieve", "zed", {
-        "tool": RETRIEVE, "arguments": {"query": "wire", "corpus": "policy"}}, denied("tenant")),
+        "tool": RETRIEVE, "arguments": {"query": "wire", "corpus": "policy"}},
+        found("their-wire")),
     "corpora": Case("corpora", "ben"),
-    "corpora of another tenant": Case("corpora", "zed",
-                                      expect=lambda s, b: s == 200 and b["corpora"] == []),
+    "corpora of another tenant": Case("corpora", "zed", expect=lambda s, b: s == 200 and [
+        c["corpus"] for c in b["corpora"]] == ["policy"]),  # zed may read only "policy"
     "metadata of mine": Case("document", "ana", {"source_system": "sp",
                                                  "external_id": "wire-limits"}),
     "metadata of not mine": Case("document", "ben", {"source_system": "sp",

@@ -135,6 +135,12 @@ def matrix(key: rsa.RSAPrivateKey) -> dict[str, dict[str, str]]:
         "not yet valid": rs(nbf=now + timedelta(minutes=5)),
         "issued in the future": rs(iat=now + timedelta(minutes=5)),
         "no exp": rs(exp=None),
+        # Validly signed, but good for a century (or backdated past [auth]
+        # max_token_lifetime_s): a leaked one would be a credential for good.
+        "a century's lifetime": rs(exp=now + timedelta(days=36525)),
+        "a century's lifetime, hmac": hs_token("ana", exp=now + timedelta(days=36525)),
+        "a day and a minute": rs(exp=now + timedelta(days=1, minutes=1)),
+        "backdated iat": rs(iat=now - timedelta(days=2), nbf=now - timedelta(days=2)),
         "wrong rsa key": jwt.encode(claims("ana"), other_key, algorithm="RS256",
                                     headers={"kid": "rsa-1"}),
         "wrong hmac secret": jwt.encode(claims("ana"), "x" * 48, algorithm="HS256",

@@ -167,3 +167,43 @@ def test_a_missing_key_loses_no_event(
     [record] = [r for r in caplog.records if r.name == "govrag.audit"]
     assert "absent.pem does not exist" in record.getMessage()
     assert not (tmp_path / "cps").exists()
+
+
+def test_a_first_checkpoint_that_failed_is_taken_at_the_next_due_point(
+    store: SQLiteStore, tmp_path: Path
+) -> None:
+    """This process saw the tenant's event 1 (its checkpoint could not be written: no key
+    yet), so its history starts there: the retry signs a later head."""
+    key = tmp_path / "k.pem"
+    auto = checkpointer(tmp_path, Clock(), key=key)
+    store.observe_audit(auto.observe)
+    append(store, 5)  # event 1: no key
+    generate_key(key)
+    append(store, 10)  # due at 11
+    assert heads(tmp_path) == [11]
+
+
+def test_events_seen_out_of_order_still_anchor_a_new_tenant(
+    store: SQLiteStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two first requests of a new tenant commit events 1 and 2; event 2's observer runs
+    first. It may not adopt (it has not seen the chain's start), but event 1 still anchors."""
+    auto = checkpointer(tmp_path, Clock())
+    append(store, 2)
+    first, second = store.audit_events("t1")
+    with caplog.at_level(logging.WARNING, logger="govrag.audit"):
+        auto.observe(second)
+        auto.observe(first)
+    assert heads(tmp_path) == [1] and auto.written == 1
+
+
+def test_invalid_checkpoint_files_are_no_fresh_start(store: SQLiteStore, tmp_path: Path) -> None:
+    """The tenant's folder holds only files that do not verify (edited, or signed by a key
+    nobody kept): even at event 1 that is a history, not a new tenant."""
+    auto = checkpointer(tmp_path, Clock())
+    folder = tmp_path / "cps" / tenant_folder("t1")
+    folder.mkdir(parents=True)
+    (folder / "00000000000000000007-x.json").write_text("{}")
+    store.observe_audit(auto.observe)
+    append(store, 12)
+    assert auto.written == 0 and heads(tmp_path) == [7]

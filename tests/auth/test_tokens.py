@@ -173,6 +173,8 @@ def matrix(rsa_key: Any, ec_key: Any) -> dict[str, tuple[str, str]]:
         "issued in the future": (rs(iat=now() + timedelta(minutes=5)), "not_yet_valid"),
         "no exp": (rs(exp=None), "bad_claims"),
         "no iat": (rs(iat=None), "bad_claims"),
+        "a century's lifetime": (rs(exp=now() + timedelta(days=36525)), "too_long_lived"),
+        "backdated iat": (rs(iat=now() - timedelta(days=2)), "too_long_lived"),
         "wrong audience": (rs(aud="someone-else"), "wrong_audience"),
         "no audience": (rs(aud=None), "bad_claims"),
         "wrong issuer": (rs(iss="https://evil.example"), "wrong_issuer"),
@@ -209,6 +211,34 @@ def test_leeway_tolerates_small_skew_only(deployment: Path, rsa_key: Any) -> Non
     with pytest.raises(AuthError) as info:
         verifier.verify(sign(exp=now() - timedelta(seconds=900)))
     assert info.value.fault == "expired"
+
+
+def test_a_token_may_live_max_token_lifetime_s_and_no_longer(
+    deployment: Path, rsa_key: Any
+) -> None:
+    verifier = TokenVerifier(settings_for(deployment, max_token_lifetime_s=600))
+    iat = int(now().timestamp())  # whole seconds: the lifetime is exact
+    sign = lambda **c: jwt.encode(claims(iat=iat, nbf=iat, **c), rsa_key,  # noqa: E731
+                                  algorithm="RS256", headers={"kid": "rsa-1"})  # fmt: skip
+    assert verifier.verify(sign(exp=iat + 600)).principal.sub == "ana"
+    with pytest.raises(AuthError) as info:
+        verifier.verify(sign(exp=iat + 601))
+    assert info.value.fault == "too_long_lived" and str(info.value) == TOKEN_REFUSED
+
+
+@pytest.mark.parametrize("value", [0, -1, -86400])
+def test_a_lifetime_that_is_not_positive_is_a_config_error(deployment: Path, value: int) -> None:
+    with pytest.raises(ConfigError, match=f"max_token_lifetime_s = {value} is not a positive"):
+        settings_for(deployment, max_token_lifetime_s=value)
+
+
+def test_a_dev_token_lives_no_longer_than_the_maximum(deployment: Path) -> None:
+    settings = dev_settings(deployment, dev_token_ttl_s=3600, max_token_lifetime_s=900)
+    token = sign_dev_token(settings, ANA)
+    made = jwt.decode(token, options={"verify_signature": False})
+    assert made["exp"] - made["iat"] == 900
+    verified = TokenVerifier(settings, dev_keys=[dev_key(settings, create=False)]).verify(token)
+    assert verified.principal.sub == "ana"
 
 
 @given(position=st.integers(min_value=0), flip=st.integers(min_value=1, max_value=255))

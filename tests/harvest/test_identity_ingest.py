@@ -44,6 +44,9 @@ def accounts(store: KnowledgeStore, email: str, source: str = "sp") -> list[str]
          "'active': false (unbind) and 'previous_email' (rebind) cannot be combined"),
         ({"previous_email": "ben"}, "field 'previous_email': 'ben' is not an email address"),
         ({"previous_email": "b\x01@x"}, "field 'previous_email'"),
+        ({"previous_email": " ben@bank.example"},
+         "field 'previous_email': email ' ben@bank.example' has leading or trailing whitespace"),
+        ({"previous_email": "straße@bank.example"}, "'ß' (U+00DF) becomes 'ss'"),
         ({"active": "no"}, "field 'active'"),
         ({"active": 0}, "field 'active'"),
     ],
@@ -56,8 +59,9 @@ def test_bad_identity_fields_are_named(extra: dict[str, Any], message: str) -> N
 
 
 def test_identity_fields_are_normalised() -> None:
+    # Case only: surrounding whitespace is refused, not stripped (test_email_folding.py).
     record = parse_record(
-        json.dumps(identity(" Ana@Bank.example ", "S-1", previous_email="OLD@bank.example"))
+        json.dumps(identity("Ana@Bank.example", "S-1", previous_email="OLD@bank.example"))
         .encode(), max_text_bytes=1024,
     )  # fmt: skip
     assert isinstance(record, IdentityRecord)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from govrag.errors import InputError, NotFoundError
+from govrag.errors import InputError, NotFoundError, UnknownRouteError
 from govrag.routes import load_config
 from govrag.routes.session import PinViolation, Sessions, select_route
 from govrag.types import Principal
@@ -38,8 +38,10 @@ def test_the_intent_router(tmp_path: Path) -> None:
     assert select_route(config, intent="chit-chat", default_route="email_summarize").route_id == (
         "email_summarize"
     )
-    with pytest.raises(NotFoundError, match="unknown route 'nope'; known routes: 'email_s"):
+    with pytest.raises(UnknownRouteError, match="unknown route 'nope'; name a route") as raised:
         select_route(config, route_id="nope")
+    assert "email_summarize" in raised.value.known_routes  # for the CLI, not the message
+    assert "known routes: 'email_summarize'" in raised.value.for_operator()
     with pytest.raises(NotFoundError, match="no default_route"):
         select_route(config, intent="chit-chat")
     duplicate = {"route_id": "qa2", "intent": "policy_question"}

@@ -95,12 +95,12 @@ def test_another_tenants_caller_sees_nothing_of_this_tenant(
 ) -> None:
     r = client.post("/v1/search", json={"query": "wire limit", "strategy": "keyword"},
                     headers=bearer(app, "zed"))  # fmt: skip
-    # The corpus belongs to tenant "bank": the policy gate denies it (reason "tenant") before
-    # any search, and nothing of it comes back.
+    # A corpus is per tenant: zed searches tenant "other"'s policy corpus, which is empty,
+    # and nothing of tenant "bank"'s comes back.
     assert r.status_code == 200, r.text
     body = r.json()
     assert [(d["corpus"], d["verdict"], d["reason"]) for d in body["decisions"]] == [
-        ("policy", "DENY", "tenant")]  # fmt: skip
+        ("policy", "ALLOW", "allowed")]  # fmt: skip
     assert doc_ids(body) == set() and not body["hidden"]["present"]
     assert "wire-limits" not in r.text and "50,000" not in r.text
 

@@ -163,9 +163,11 @@ def test_the_route_is_the_urls_and_arguments_carry_no_identity(
     twice = over_mcp(f"{url}/mcp?route=search&route=admin", token(app, "ana"), listing)
     assert twice.is_error and "at most one route" in twice.content[0].text
 
-    # The listing names the unknown route too, as a protocol error with one line.
+    # The listing names the unknown route too, as a protocol error with one line; never the
+    # deployment's routes (tests/attacks/test_route_enumeration.py).
     error = over_mcp(f"{url}/mcp?route=nope", token(app, "ana"), listing_error)
-    assert error == "unknown route 'nope'; known routes: 'search'"
+    assert error == ("unknown route 'nope'; name a route your deployment's operator gave you, "
+                     "or none for the default route")  # fmt: skip
 
 
 def test_a_revoked_right_is_gone_at_the_next_call(

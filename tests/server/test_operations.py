@@ -196,17 +196,18 @@ def test_metrics_count_what_the_governed_path_decided(
         "govrag_validations_total", passed="false"
     )
     assert validations == 2
-    # ben may not read the wire document: the marker says something relevant was withheld.
+    # ben may not read the wire document: the marker says something relevant was withheld,
+    # to ben; the exposition counts no marker (tests/attacks/test_metrics_oracle.py).
     assert ben.json()["hidden"]["present"]
-    assert moved("govrag_hidden_markers_total", outcome="shown", reason="none") == 1
+    assert "hidden_marker" not in text
     assert sample(text, "govrag_http_in_flight") == 0  # /metrics itself is not counted
     # Nothing in it names a caller, a query, a document or its text.
     for secret in ("ana", "ben", "bank.example", QUERY, "wire", "50,000", "card-fees"):
         assert secret not in text
 
 
-def test_metrics_need_no_token_and_reveal_no_tenant(client: httpx.Client) -> None:
-    r = client.get("/metrics")
+def test_metrics_answer_loopback_and_reveal_no_tenant(client: httpx.Client) -> None:
+    r = client.get("/metrics")  # this client is on loopback, and no metrics token is set
     assert r.status_code == 200 and "govrag_pep_decisions_total" in r.text
     assert "bank" not in r.text
 
@@ -232,7 +233,8 @@ def test_a_stopping_server_drains_the_request_in_flight(
     api: FastAPI, app: govrag.Govrag, hold: Hold
 ) -> None:
     options = uvicorn_options(app.settings.server)
-    assert options == {"timeout_graceful_shutdown": 20.0, "access_log": False}
+    assert options == {"timeout_graceful_shutdown": 20.0, "access_log": False,
+                       "proxy_headers": False}  # fmt: skip
     # A server of its own, configured as `govrag serve` configures uvicorn.
     live = start(api, **options)
     answers: dict[str, httpx.Response] = {}

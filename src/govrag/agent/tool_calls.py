@@ -144,7 +144,7 @@ class CallerTools:
         # The session first, whatever the document: an unknown route or someone else's
         # session is refused alike for a document that exists and one that does not.
         with self._call(principal, route_id, session_id) as (session, request_id, _):
-            info = self._read_document(principal, source_system, external_id)
+            info = self._scoped_document(principal, session, source_system, external_id)
             verdict = "DENY"
             if info is not None:
                 # A click is a proposal like any other: decided against the pinned route's
@@ -187,8 +187,8 @@ class CallerTools:
         route = select_route(sessions.config, route_id=route_id,
                              default_route=sessions.default_route)  # fmt: skip
         manifest = sessions.config.manifests.get(route.tool_manifest)
-        return self._callable(offered_tools(manifest, route.retrieval), route.retrieval,
-                              searchable)  # fmt: skip
+        retrieval = sessions.retrieval(principal, route)
+        return self._callable(offered_tools(manifest, retrieval), retrieval, searchable)
 
     def call(
         self,
@@ -280,7 +280,7 @@ class CallerTools:
             f"no document {source_system}:{external_id} that {principal.sub!r} may read "
             "on this route"
         )
-        info = self._read_document(principal, source_system, external_id)
+        info = self._scoped_document(principal, session, source_system, external_id)
         if info is None:
             raise absent
         proposal = Proposal(tool=tool.name, action=tool.pdp_action, corpus=info.corpus,
@@ -295,6 +295,16 @@ class CallerTools:
         if not confirmed:
             raise absent
         return DocumentListing(request_id, session.session_id, session.route_id, info, decision)
+
+    def _scoped_document(
+        self, principal: Principal, session: Session, source_system: str, external_id: str
+    ) -> DocumentInfo | None:
+        """The document, if ``principal`` may read it and its corpus is in the session's
+        pinned scope. A document outside the scope is absent before any decision: whether a
+        decision (an audit row, a metrics count) is made must not say that a corpus the route
+        does not allow holds it."""
+        info = self._read_document(principal, source_system, external_id)
+        return info if info is not None and info.corpus in session.retrieval.scope else None
 
     @contextmanager
     def _call(

@@ -30,6 +30,7 @@ from govrag.app.ingest import (
 from govrag.app.records import ConfigCheck, Memory, Readiness, SessionInfo
 from govrag.deployment import (
     Deployment,
+    audit_problems,
     auth_problems,
     check_deployment,
     load_principals,
@@ -37,6 +38,7 @@ from govrag.deployment import (
 )
 from govrag.errors import AuthError, ConfigError, InputError, NotFoundError, require_text
 from govrag.eval.governance import SuiteReport
+from govrag.eval.suite import suite_problems
 from govrag.harvest.sources import SourceStatus, list_sources
 from govrag.settings import Settings
 from govrag.types import MetadataFilter, Principal, Strategy, VerifiedToken
@@ -52,6 +54,7 @@ if TYPE_CHECKING:
     from govrag.audit import Replay
     from govrag.audit.anchor import AuditVerification, CheckpointRun
     from govrag.audit.escalations import Escalation
+    from govrag.audit.keys import Rotation
     from govrag.harvest.kinds import ConnectorKind
     from govrag.routes.models import Tool
     from govrag.store.audit import AuditEvent
@@ -288,8 +291,21 @@ class Govrag:
     def writeback_admit(self, candidate: WriteBackCandidate) -> AdmissionResult:
         """Offer memory to the controlled write-back store: admitted only through its
         fail-closed gates (and never while ``[writeback] enabled`` is off); every decision
-        is audited."""
-        return self._dep.writeback.admit(candidate)
+        is audited. The scope's session must be one its writer (``agent_id``) opened in the
+        scope's tenant and that is still live: another principal's session, or one nobody
+        opened, is the :class:`NotFoundError` of an unknown session (no word on whose it is),
+        so no agent writes evidence into someone else's retrievals."""
+        from govrag.writeback import WriteBackCandidate
+        from govrag.writeback.admission import scope_key, snapshot
+
+        # Read once: what is checked here is exactly what the store admits.
+        plain = snapshot(candidate)
+        if self._dep.writeback.is_enabled and isinstance(plain, WriteBackCandidate):
+            key = scope_key(plain.scope.tenant, plain.scope.session)
+            # An unusable scope or writer is the store's to refuse, with its own reason.
+            if key is not None and isinstance(plain.agent_id, str):
+                self._dep.sessions.owned(key[0], plain.agent_id, key[1])
+        return self._dep.writeback.admit(plain)
 
     def remember(self, agent: Principal, session: str, memory: Memory) -> AdmissionResult:
         """Offer ``memory`` to the write-back store for ``agent``'s own ``session``: the
@@ -307,7 +323,9 @@ class Govrag:
         :class:`NotFoundError`): the audit log is not a way to learn what others asked."""
         require_text(request_id=request_id)
         if EXAMINER_ROLE not in examiner.roles:
-            raise NotFoundError(f"no request {request_id!r} to replay")
+            from govrag.audit import shown_request_id
+
+            raise NotFoundError(f"no request {shown_request_id(request_id)} to replay")
         return self.replay(request_id, tenant=examiner.tenant)
 
     def examiner_audit_verify(self, examiner: Principal) -> AuditVerification:
@@ -334,27 +352,33 @@ class Govrag:
         return escalations(self._dep.store, tenant or self.settings.default_tenant, queue=queue)
 
     def audit_verify(self, tenant: str | None = None) -> AuditVerification:
-        """Every tenant's audit chain (or one's) checked against its signed checkpoints; a
-        missing or invalid key is a :class:`ConfigError` (fail closed)."""
+        """Every tenant's audit chain (or one's) checked against its signed checkpoints, each
+        with the key it names (the current key or a retired one in ``[audit] verify_keys``);
+        a missing or invalid key is a :class:`ConfigError` (fail closed), a signing key open
+        to other users a finding (``key_exposed``)."""
         from govrag.audit.anchor import verify_anchored
-        from govrag.audit.keys import verifying_key
+        from govrag.audit.keys import load_keyring, signing_key_exposure, verifying_key
 
         a, path = self.settings.audit, self.settings.resolve_path
         public = verifying_key(path(a.signing_key), path(a.verify_key) if a.verify_key else None)
-        return verify_anchored(self._dep.store, self._dep.checkpoints, public, tenant=tenant,
+        keyring = load_keyring(public, self._dep.verify_keys)
+        return verify_anchored(self._dep.store, self._dep.checkpoints, keyring, tenant=tenant,
                                every_events=a.checkpoint_every_events,
-                               every_seconds=a.checkpoint_every_seconds)  # fmt: skip
+                               every_seconds=a.checkpoint_every_seconds,
+                               key_exposure=signing_key_exposure(path(a.signing_key)))  # fmt: skip
 
     def audit_checkpoint(self, tenant: str | None = None, *, adopt: bool = False) -> CheckpointRun:
         """Sign the current head of every tenant whose chain verifies; a chain that does not
         verify against its checkpoints is refused, never signed."""
         from govrag.audit.anchor import checkpoint_now
-        from govrag.audit.keys import load_signing_key
+        from govrag.audit.keys import load_keyring, load_signing_key
 
         a = self.settings.audit
         key = load_signing_key(self.settings.resolve_path(a.signing_key))
+        keyring = load_keyring(key.public_key(), self._dep.verify_keys)
         return checkpoint_now(self._dep.store, self._dep.checkpoints, key, tenant=tenant,
-                              adopt=adopt, every_events=a.checkpoint_every_events,
+                              adopt=adopt, keyring=keyring,
+                              every_events=a.checkpoint_every_events,
                               every_seconds=a.checkpoint_every_seconds)  # fmt: skip
 
     def audit_keygen(self) -> tuple[Path, str]:
@@ -364,6 +388,20 @@ class Govrag:
 
         path = self.settings.resolve_path(self.settings.audit.signing_key)
         return path, generate_key(path)
+
+    def audit_rotate_key(self) -> Rotation:
+        """Replace the checkpoint signing key with a new one, keeping the old key's public
+        half in the keyring (the first ``[audit] verify_keys`` entry, a folder) so what it
+        signed still verifies."""
+        from govrag.audit.keys import rotate_key
+
+        a = self.settings.audit
+        if not a.verify_keys:
+            raise ConfigError(
+                "[audit] verify_keys is empty, so a rotated key's checkpoints could not be "
+                'checked any more; set verify_keys = ["keys/audit-keyring"] (a folder) first'
+            )
+        return rotate_key(self.settings.resolve_path(a.signing_key), self._dep.verify_keys[0])
 
     # -- operations -------------------------------------------------------------------------
 
@@ -377,8 +415,18 @@ class Govrag:
 
     def _tenants(self, tenant: str | None) -> list[str]:
         """``[tenant]``, or every tenant the store holds (for the operator use cases; not
-        public: listing tenants is no caller's business)."""
-        return [tenant] if tenant else self._dep.store.tenants()
+        public: listing tenants is no caller's business). A ``tenant`` the store does not
+        hold is a :class:`NotFoundError`: a mistyped ``--tenant`` must not pass for a clean
+        report about nothing."""
+        known = self._dep.store.tenants()
+        if tenant is None:
+            return known
+        if tenant not in known:
+            listing = ", ".join(repr(t) for t in known) or "none yet"
+            raise NotFoundError(f"tenant {tenant!r} holds nothing in this deployment's store "
+                                f"(its tenants: {listing}); check --tenant, or ingest into "
+                                "the tenant first")  # fmt: skip
+        return [tenant]
 
     def curate(self, tenant: str | None = None) -> list[CurationReport]:
         """Recompute every document's trust score from authority and access (idempotent)."""
@@ -402,9 +450,12 @@ class Govrag:
         self._dep.store.observe_audit(observer)
 
     def config_check(self) -> ConfigCheck:
-        """Validate routes/, manifests/, workflows/ and policies/ against govrag.toml."""
+        """Validate routes/, manifests/, workflows/ and policies/ against govrag.toml, and
+        that every eval suite of evals/ loads."""
         config, problems = check_deployment(self.settings)
-        return ConfigCheck(problems + auth_problems(self._dep), config)
+        suites = suite_problems(self.settings.deployment)
+        anchor = audit_problems(self._dep)
+        return ConfigCheck(problems + auth_problems(self._dep) + anchor + suites, config)
 
     def evaluate_beir(
         self,

@@ -38,7 +38,8 @@ def evaluate_suite(dep: Deployment, suite_id: str | None, *, route: str | None =
     ``suite_id``, the suite ``route`` binds (its ``eval_suite_id``)."""
     if suite_id is None:
         suite_id = _bound(dep, route)
-    suite = load_suite(suite_path(dep.settings.deployment, suite_id))
+    root = dep.settings.deployment
+    suite = load_suite(suite_path(root, suite_id), inside=root)
     cases = [c for c in suite.cases if route is None or c.route == route]
     if not cases:
         raise InputError(f"suite {suite_id!r} has no case on route {route!r}; its routes: "

@@ -79,7 +79,8 @@ def run_ingest(
     with _source_lock(spec, dry_run), bar as tick, _ingest_store(dep, dry_run) as store:
         report = harvest(reader, store, target, settings=dep.settings.ingest,
                          embedder=None if dry_run else dep.embedder, progress=tick,
-                         dry_run=dry_run)  # fmt: skip
+                         dry_run=dry_run, tenancy=dep.settings.tenancy,
+                         writer=spec.writer)  # fmt: skip
         if store is not None and not dry_run:
             store.sync_indexes(target, vectors=False)
     unrouted = [] if dry_run else unrouted_corpora(dep, target)

@@ -7,6 +7,6 @@ The log itself (hash-chained events, written by the store) lives in ``govrag.sto
 
 from __future__ import annotations
 
-from govrag.audit.replay import Replay, replay
+from govrag.audit.replay import Replay, replay, shown_request_id
 
-__all__ = ["Replay", "replay"]
+__all__ = ["Replay", "replay", "shown_request_id"]

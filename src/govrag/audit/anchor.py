@@ -12,8 +12,12 @@ database does not hold, so:
   and has the hash it recorded (else the chain was cut or rewritten after it);
 - a chain with events must have a checkpoint (else its tenant was never anchored: events
   inserted under an unknown tenant, or a deployment that never took one);
-- a checkpoint file that does not parse, is signed by another key or whose signature fails
-  is a finding of its own (edited or forged), and is never used as an anchor.
+- a checkpoint file that does not parse, is signed by a key the keyring does not hold
+  (neither the current key nor a retired one, ``[audit] verify_keys``) or whose signature
+  fails is a finding of its own (edited or forged), and is never used as an anchor;
+- a signing key open to other users is a finding too (``key_exposed``): whoever could read it
+  could have signed any checkpoint, so none proves anything until it is private again (and,
+  if it was read, rotated).
 
 Checkpoints are listed *before* the chain is read: a checkpoint is written after its event
 committed, so every one listed refers to an event the (later) snapshot must contain, even
@@ -36,7 +40,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 
 from govrag.audit.checkpoint import Checkpoint, CheckpointDir
-from govrag.audit.keys import key_id
+from govrag.audit.keys import Keyring
 from govrag.errors import ConfigError, NotFoundError
 from govrag.store.audit import NO_TENANT_ROW, AuditChain, AuditEvent, ChainReport
 from govrag.store.protocol import KnowledgeStore
@@ -46,7 +50,8 @@ from govrag.store.protocol import KnowledgeStore
 class Finding:
     """One thing that is wrong, as one line. ``kind`` is one of ``chain_broken``,
     ``tenant_row_missing``, ``truncated``, ``wiped``, ``tenant_dropped``, ``rewritten``,
-    ``unanchored``, ``checkpoint_invalid``."""
+    ``unanchored``, ``checkpoint_invalid``, ``key_exposed`` (whose ``tenant`` is ``""``: it
+    concerns every tenant)."""
 
     tenant: str
     kind: str
@@ -172,8 +177,10 @@ def check_tenant(
         find(
             "unanchored",
             f"{_events(len(events))} but no valid checkpoint: events under a tenant that was "
-            "never anchored (written into the database directly?); if the tenant is yours, "
-            f"sign it with `govrag audit checkpoint --tenant {t}`",
+            "never anchored (written into the database directly?), or whose checkpoint history "
+            "was removed (then the log may have been cut as well: restore the history from its "
+            "backup; automatic checkpoints never adopt such a tenant); once you have checked "
+            f"that the log is yours and whole, sign it with `govrag audit checkpoint --tenant {t}`",
         )
     elif last is not None and latest is not None and last.seq > latest.head_seq:
         behind = last.seq - latest.head_seq
@@ -219,15 +226,19 @@ def _parse(text: str) -> datetime:
 def verify_anchored(
     store: KnowledgeStore,
     directory: CheckpointDir,
-    public: Ed25519PublicKey,
+    keys: Keyring | Ed25519PublicKey,
     *,
     every_events: int,
     every_seconds: float,
     tenant: str | None = None,
     now: datetime | None = None,
+    key_exposure: str | None = None,
 ) -> AuditVerification:
-    """Check every tenant's chain (or one tenant's) against its checkpoints."""
-    scan = directory.scan(public, tenant)  # first: see the module docstring
+    """Check every tenant's chain (or one tenant's) against its checkpoints, each checkpoint
+    with the key of ``keys`` it names. ``key_exposure`` is why the signing key is open to
+    other users (:func:`govrag.audit.keys.signing_key_exposure`), reported as a finding."""
+    keyring = Keyring.of(keys)
+    scan = directory.scan(keyring, tenant)  # first: see the module docstring
     when = now or datetime.now(UTC)
     names = [tenant] if tenant is not None else sorted(set(store.audit_tenants()) | set(scan.valid))
     audits = [
@@ -240,10 +251,13 @@ def verify_anchored(
                 "edited or forged and anchors nothing")
         for b in scan.invalid
     ]  # fmt: skip
+    if key_exposure is not None:
+        why = f"{key_exposure}; until then no checkpoint proves anything (whoever read the key "
+        bad.append(Finding("", "key_exposed", why + "could have signed it)"))
     return AuditVerification(
         tenants=audits,
         findings=[f for a in audits for f in a.findings] + bad,
-        key_id=key_id(public),
+        key_id=keyring.current_id,
         checkpoint_dir=str(directory.root),
     )
 
@@ -274,11 +288,14 @@ def checkpoint_now(
     every_seconds: float,
     tenant: str | None = None,
     adopt: bool = False,
+    keyring: Keyring | None = None,
 ) -> CheckpointRun:
     """Sign the current head of every tenant (or of ``tenant``) whose chain verifies against
-    its checkpoints. A tenant without any checkpoint is signed only when named or with
-    ``adopt`` (check with ``govrag audit verify`` first that it is yours)."""
-    report = verify_anchored(store, directory, key.public_key(), every_events=every_events,
+    its checkpoints (checked with ``keyring``: ``key``'s public half and the retired keys). A
+    tenant without any checkpoint is signed only when named or with ``adopt`` (check with
+    ``govrag audit verify`` first that it is yours)."""
+    keys = keyring if keyring is not None else Keyring(key.public_key())
+    report = verify_anchored(store, directory, keys, every_events=every_events,
                              every_seconds=every_seconds, tenant=tenant)  # fmt: skip
     run = CheckpointRun()
     for audit in report.tenants:

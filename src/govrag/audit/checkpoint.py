@@ -1,9 +1,12 @@
 """Signed checkpoints of a tenant's audit chain head, kept in a directory outside the database.
 
 A checkpoint states "tenant T's chain had N events and ended at event (seq, id, hash) at time
-X", signed with the deployment's Ed25519 key. Someone who can write the database but not read
-the key cannot make one, so a chain that no longer reaches a checkpoint's head was cut, wiped
-or rewritten after it was taken (``govrag.audit.anchor`` compares them).
+X", signed with the deployment's Ed25519 key and naming that key's id. Someone who can write
+the database but not read the key cannot make one, so a chain that no longer reaches a
+checkpoint's head was cut, wiped or rewritten after it was taken (``govrag.audit.anchor``
+compares them). A checkpoint is checked with the key its id names, looked up in a
+:class:`~govrag.audit.keys.Keyring` (the current key and retired ones), so a rotation orphans
+nothing; an id the keyring does not hold is a failure naming it.
 
 Files are an append-only history: ``<dir>/<tenant folder>/<seq>-<time>-<nonce>.json``, one
 per checkpoint, written to a temporary name, flushed and renamed into place (a reader never
@@ -32,7 +35,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from govrag.audit.keys import key_id
+from govrag.audit.keys import Keyring, key_id
 from govrag.errors import ConfigError, describe_validation
 from govrag.store.audit import AuditEvent, canonical
 
@@ -78,11 +81,18 @@ class Checkpoint(BaseModel):
         signature = base64.b64encode(key.sign(draft.signed_bytes())).decode()
         return draft.model_copy(update={"signature": signature})
 
-    def problem(self, public: Ed25519PublicKey) -> str | None:
-        """Why the signature does not hold under ``public``; None when it does."""
-        expected = key_id(public)
-        if self.key_id != expected:
-            return f"signed by key {self.key_id}, not by the configured key {expected}"
+    def problem(self, keys: Keyring | Ed25519PublicKey) -> str | None:
+        """Why the signature does not hold under the key of ``keys`` it names (the current
+        key, or a retired one after a rotation); None when it does."""
+        keyring = Keyring.of(keys)
+        public = keyring.get(self.key_id)
+        if public is None:
+            retired = " or a retired key in [audit] verify_keys" if keyring.retired else ""
+            return (
+                f"signed by key {self.key_id}, not by the configured key {keyring.current_id}"
+                f"{retired}; if it is a retired key of this deployment, put its public key "
+                "in [audit] verify_keys"
+            )
         try:
             public.verify(base64.b64decode(self.signature, validate=True), self.signed_bytes())
         except (InvalidSignature, ValueError):
@@ -171,8 +181,13 @@ class CheckpointDir:
             ) from None
         yield from (e for e in entries if e.is_dir() and e.name[:2] in ("t-", "h-"))
 
-    def read(self, path: Path, public: Ed25519PublicKey) -> Checkpoint | BadCheckpoint:
-        """The checkpoint in ``path`` if its contents, signature, folder and name hold."""
+    def has_history(self, tenant: str) -> bool:
+        """Whether ``tenant`` has any checkpoint file, valid or not."""
+        return bool(self._files(self.root / tenant_folder(tenant)))
+
+    def read(self, path: Path, keys: Keyring | Ed25519PublicKey) -> Checkpoint | BadCheckpoint:
+        """The checkpoint in ``path`` if its contents, signature (by a key of ``keys``),
+        folder and name hold."""
         folder_tenant = _folder_tenant(path.parent.name)
         try:
             checkpoint = Checkpoint.model_validate_json(path.read_bytes())
@@ -181,7 +196,7 @@ class CheckpointDir:
         except ValidationError as exc:
             return BadCheckpoint(path, folder_tenant, f"is not a checkpoint: "
                                  f"{describe_validation(exc)}")  # fmt: skip
-        problem = checkpoint.problem(public)
+        problem = checkpoint.problem(keys)
         if problem is None and tenant_folder(checkpoint.tenant) != path.parent.name:
             problem = f"records tenant {checkpoint.tenant!r} but lies in another tenant's folder"
         if problem is None and not path.name.startswith(f"{checkpoint.head_seq:020d}-"):
@@ -190,12 +205,12 @@ class CheckpointDir:
             return BadCheckpoint(path, checkpoint.tenant, problem)
         return checkpoint
 
-    def scan(self, public: Ed25519PublicKey, tenant: str | None = None) -> Scan:
+    def scan(self, keys: Keyring | Ed25519PublicKey, tenant: str | None = None) -> Scan:
         """Read and check every checkpoint file (of ``tenant``, or of every tenant)."""
-        out = Scan()
+        out, keyring = Scan(), Keyring.of(keys)
         for folder in self._folders(tenant):
             for path in self._files(folder):
-                got = self.read(path, public)
+                got = self.read(path, keyring)
                 if isinstance(got, BadCheckpoint):
                     out.invalid.append(got)
                 else:
@@ -204,11 +219,12 @@ class CheckpointDir:
             history.sort(key=lambda c: (c.head_seq, c.created_at))
         return out
 
-    def latest(self, tenant: str, public: Ed25519PublicKey) -> Checkpoint | None:
+    def latest(self, tenant: str, keys: Keyring | Ed25519PublicKey) -> Checkpoint | None:
         """The valid checkpoint of ``tenant`` with the highest head (newest on a tie),
         reading files newest first until one holds (normally just one)."""
+        keyring = Keyring.of(keys)
         for path in reversed(self._files(self.root / tenant_folder(tenant))):
-            got = self.read(path, public)
+            got = self.read(path, keyring)
             if isinstance(got, Checkpoint):
                 return got
         return None

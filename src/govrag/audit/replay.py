@@ -46,6 +46,8 @@ from govrag.store.protocol import AuditLog
 
 M = TypeVar("M", bound=AuditEventBase)
 
+#: Most characters of a request id an error message repeats (real ids have 20).
+SHOWN_ID_CHARS = 64
 #: Events that name the caller (``sub``), in the order replay looks for one.
 _WITH_SUB = (RoutePinned, PinViolationEvent, PepDecisionEvent, HiddenMarkerEvent, IncidentEvent,
              EscalationEvent,
@@ -88,13 +90,23 @@ class Replay:
         return asdict(self)
 
 
+def shown_request_id(request_id: str) -> str:
+    """``request_id`` as an error message may repeat it: escaped (``repr``: no control,
+    bidirectional or other invisible character reaches a terminal or a log) and cut to
+    :data:`SHOWN_ID_CHARS` characters, so whoever sends an id cannot have it echoed whole."""
+    if len(request_id) <= SHOWN_ID_CHARS:
+        return repr(request_id)
+    return f"{request_id[:SHOWN_ID_CHARS]!r}... ({len(request_id)} characters)"
+
+
 def replay(log: AuditLog, tenant: str, request_id: str) -> Replay:
     """Rebuild what happened in ``request_id`` of ``tenant`` from the audit log."""
     rows = log.audit_events(tenant, request_id=request_id)
     if not rows:
         raise NotFoundError(
-            f"no audit events for request {request_id!r} in tenant {tenant!r}; check the id "
-            "(printed by `govrag ask`/`search` on stderr and in --json) and --tenant"
+            f"no audit events for request {shown_request_id(request_id)} in tenant {tenant!r}; "
+            "check the id (printed by `govrag ask`/`search` on stderr and in --json) and "
+            "--tenant"
         )
     session_id = rows[0].session_id
     events, unrecognised = _read(rows)

@@ -86,7 +86,8 @@ def sign_dev_token(settings: Settings, principal: Principal, *, now: datetime | 
     key = dev_key(settings, create=True)
     at = now or datetime.now(UTC)
     m = settings.auth.claims
-    ttl = timedelta(seconds=settings.auth.dev_token_ttl_s)
+    # Within the lifetime every token is held to, or the verifier would refuse its own.
+    ttl = timedelta(seconds=min(settings.auth.dev_token_ttl_s, settings.auth.max_token_lifetime_s))
     claims: dict[str, Any] = {"sub": principal.sub, "iss": DEV_ISSUER,
                               "aud": settings.auth.audience, "iat": at, "nbf": at,
                               "exp": at + ttl}  # fmt: skip

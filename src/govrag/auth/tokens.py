@@ -10,12 +10,15 @@ raises :class:`~govrag.errors.AuthError`, whose text is the same fixed line for 
 2. a header whose ``alg`` is not the one the chosen key pins (``alg_not_allowed``: this is
    where ``alg: none`` and the HS/RS confusion stop), or a ``kid`` no key has (``unknown_key``);
 3. a bad signature, then ``exp`` / ``nbf`` / ``iat`` outside the leeway, a wrong ``aud``, a
-   wrong ``iss`` (PyJWT checks these with the pinned algorithm only);
+   wrong ``iss`` (PyJWT checks these with the pinned algorithm only); then a lifetime
+   (``exp`` - ``iat``) over ``[auth] max_token_lifetime_s`` (``too_long_lived``): a validly
+   signed token good for a century is a leaked credential waiting to happen;
 4. claims that do not make a Principal (no ``sub`` or ``email``, a list that is not strings,
    an ``exp`` past what a date holds, ``email_verified`` present and not true, an e-mail
-   spelt with compatibility characters that casefolding would turn into another's, a claim
-   path meeting a non-object) (``bad_claims``), or that name a tenant this deployment does
-   not serve, name none (or null) while it serves several (``tenant_not_served``).
+   that casefolding would turn into another's (compatibility characters, ``ß``) or with
+   surrounding whitespace (:func:`~govrag.types.check_email`), a claim path meeting a
+   non-object) (``bad_claims``), or that name a tenant this deployment does not serve, name
+   none (or null) while it serves several (``tenant_not_served``).
 
 Keys a token carries itself (``jwk``, ``jku``, ``x5u``, ``x5c``) are never read: the key is
 chosen from the configured ones by ``kid`` alone.
@@ -26,7 +29,7 @@ Keys come from :mod:`govrag.auth.keys`; the development keys of ``govrag token``
 
 from __future__ import annotations
 
-import unicodedata
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -38,7 +41,7 @@ from govrag.auth.dev import DEV_ISSUER
 from govrag.auth.keys import JwksFile, VerifyingKey, configured_keys
 from govrag.errors import AuthError, ConfigError
 from govrag.settings import ClaimMap, Settings
-from govrag.types import Principal, VerifiedToken
+from govrag.types import Principal, VerifiedToken, check_email
 
 #: Claims every token must carry (PyJWT refuses a token without them).
 REQUIRED_CLAIMS = ("exp", "iat", "sub", "aud", "iss")
@@ -68,6 +71,7 @@ class TokenVerifier:
         self._issuer = auth.issuer
         self._audience = auth.audience
         self._leeway = auth.leeway_s
+        self._max_lifetime = auth.max_token_lifetime_s
         self._claims = auth.claims
         self._tenants = frozenset(auth.tenants or [settings.default_tenant])
         self._default_tenant = settings.default_tenant
@@ -98,10 +102,22 @@ class TokenVerifier:
         except jwt.InvalidTokenError as exc:
             raise AuthError(_fault(exc), f"{type(exc).__name__}: {exc}") from exc
         expires_at = _expiry(claims["exp"])
+        self._check_lifetime(claims)
         principal = self._principal(claims).model_copy(update={"expires_at": expires_at})
         return VerifiedToken(
             principal=principal, issuer=str(claims["iss"]), kid=key.kid, expires_at=expires_at
         )
+
+    def _check_lifetime(self, claims: dict[str, Any]) -> None:
+        """Refuse a token that lives longer than ``max_token_lifetime_s``: from its ``iat``
+        to its ``exp`` (PyJWT checked both are numbers, ``iat`` not in the future). A token
+        without ``iat`` (required today) would be measured from now."""
+        iat = claims.get("iat")
+        start = int(iat) if iat is not None else int(time.time())
+        lifetime = int(claims["exp"]) - start
+        if lifetime > self._max_lifetime:
+            raise AuthError("too_long_lived", f"lifetime {lifetime} s over [auth] "
+                            f"max_token_lifetime_s = {self._max_lifetime}")  # fmt: skip
 
     def _key_for(self, header: dict[str, Any]) -> VerifyingKey:
         alg, kid = header.get("alg"), header.get("kid")
@@ -144,12 +160,15 @@ class TokenVerifier:
             # Cognito's spelling.)
             raise AuthError("bad_claims", f"claim {m.email_verified!r} is not true")
         email = _claim(claims, m.email)
-        if isinstance(email, str) and unicodedata.normalize("NFKC", email) != email:
+        if isinstance(email, str):
             # Principals and identity records are compared casefolded, which maps the Kelvin
-            # sign to "k" and the long s to "s": an address spelt with compatibility
-            # characters could fold into someone else's. No real address needs them (one
-            # sent decomposed, NFD, is refused too: ask the provider for NFC).
-            raise AuthError("bad_claims", "email holds compatibility characters (not NFKC)")
+            # sign to "k", the long s to "s" and "ß" to "ss": such an address, or one with
+            # surrounding whitespace, could match someone else's (check_email). The reason
+            # names it for the server's log; the caller gets the fixed line.
+            try:
+                check_email(email)
+            except ValueError as exc:
+                raise AuthError("bad_claims", f"claim {m.email!r}: {exc}") from None
         values: dict[str, Any] = {"sub": _value(claims, m.sub), "email": _value(claims, m.email),
                                   "tenant": tenant}  # fmt: skip
         for field, name in (("roles", m.roles), ("doc_entitlements", m.doc_entitlements)):

@@ -1,5 +1,5 @@
-"""``govrag audit verify | checkpoint | keygen``: the audit log and its anchor outside the
-database (signed checkpoints, ``docs/audit.md``); ``govrag escalations``: the failed
+"""``govrag audit verify | checkpoint | keygen [--rotate]``: the audit log and its anchor
+outside the database (signed checkpoints, ``docs/audit.md``); ``govrag escalations``: the failed
 validations routes passed to people. Thin: the use cases are the application API's."""
 
 from __future__ import annotations
@@ -127,15 +127,31 @@ def audit_checkpoint(
         raise typer.Exit(1)
 
 
-def audit_keygen(deployment: DeploymentOpt = None) -> None:
+def audit_keygen(
+    rotate: Annotated[
+        bool,
+        typer.Option(
+            help="Replace the existing key with a new one; its public half is kept in "
+            "the keyring (the first [audit] verify_keys folder), so what it signed "
+            "still verifies."
+        ),
+    ] = False,
+    deployment: DeploymentOpt = None,
+) -> None:
     """Create the Ed25519 key that signs checkpoints, at ``[audit] signing_key`` (mode
-    0600, with its public key beside it); an existing key is never replaced."""
+    0600, with its public key beside it); an existing key is never replaced, only rotated
+    with --rotate."""
 
-    def run() -> tuple[str, str]:
+    def run() -> str:
         with open_app(deployment) as app:
-            path, kid = app.audit_keygen()
-            return str(path), kid
+            if not rotate:
+                path, kid = app.audit_keygen()
+                return f"wrote {path} ({kid}); keep it out of the database's reach and back it up"
+            r = app.audit_rotate_key()
+            return (f"rotated {r.signing_key}: new key {r.key_id} signs from now on; the "
+                    f"retired key {r.retired_key_id} is gone, its public half kept in "
+                    f"{r.retired_public} so the checkpoints it signed still verify (if "
+                    "[audit] verify_key names a copy of the public key, replace it with "
+                    f"{r.public})")  # fmt: skip
 
-    path, kid = guard(run)
-    err.print(f"wrote {path} ({kid}); keep it out of the database's reach and back it up",
-              highlight=False)  # fmt: skip
+    err.print(guard(run), highlight=False)

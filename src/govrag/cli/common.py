@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-from govrag.errors import GovragError
+from govrag.errors import GovragError, UnknownRouteError
 
 if TYPE_CHECKING:
     from govrag.app import Govrag
@@ -46,7 +46,10 @@ TenantOpt = Annotated[str | None, typer.Option(help="Only this tenant.")]
 
 
 def fail(exc: GovragError) -> NoReturn:
-    err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True,
+    # Whoever runs the CLI holds the deployment's files: an unknown route lists the routes
+    # (HTTP and MCP callers get the message alone).
+    text = exc.for_operator() if isinstance(exc, UnknownRouteError) else str(exc)
+    err.print(f"[bold red]error:[/] {escape(text)}", highlight=False, markup=True,
               soft_wrap=True)  # fmt: skip
     raise typer.Exit(exc.exit_code)
 

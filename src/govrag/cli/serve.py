@@ -32,8 +32,12 @@ def _loopback(host: str) -> bool:
 
 
 def uvicorn_options(server: ServerSettings) -> dict[str, Any]:
-    """The keyword arguments of ``uvicorn.Config`` that ``[server]`` decides."""
-    return {"timeout_graceful_shutdown": server.drain_s, "access_log": False}
+    """The keyword arguments of ``uvicorn.Config`` that ``[server]`` decides. Without
+    ``proxy_headers`` the client address the app sees is the connection's peer: uvicorn would
+    otherwise take it from ``X-Forwarded-For`` sent through a loopback peer, and ``/metrics``
+    trusts no header to be local (``govrag.server.metrics_access``)."""
+    return {"timeout_graceful_shutdown": server.drain_s, "access_log": False,
+            "proxy_headers": False}  # fmt: skip
 
 
 def log_config(server: ServerSettings) -> dict[str, Any]:

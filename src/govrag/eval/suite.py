@@ -15,11 +15,18 @@ facts the answer must contain, and canary strings that must never appear anywher
 caller gets back (plant them in documents the principal may not read). Blank lines and lines
 starting with ``#`` are skipped. Unknown fields are refused, and a bad line is an error naming
 the file, the line and the field: a typo must not quietly drop an expectation.
+
+A suite is a deployment file and is read as one (:func:`govrag.deployfile.read_text`): a
+regular file of at most :data:`MAX_SUITE_BYTES`, never a FIFO waited on or a device read
+without end, and never a link leading out of the deployment directory. ``govrag config
+check`` loads every suite of ``evals/`` (:func:`suite_problems`), so a suite that cannot be
+read or parsed is named before ``govrag eval`` meets it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import unicodedata
 from pathlib import Path
@@ -34,9 +41,13 @@ from pydantic import (
     field_validator,
 )
 
-from govrag.errors import InputError, describe_validation
+from govrag import deployfile
+from govrag.errors import ConfigFileError, InputError, describe_validation
+from govrag.problems import Problem
 
 SUITES_DIR = "evals"
+#: Largest suite file read, in bytes (thousands of cases; a suite is no data set).
+MAX_SUITE_BYTES = 16 * 1024 * 1024
 SUITE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 Text = Annotated[str, StringConstraints(min_length=1, max_length=4000)]
 Outcome = Literal["answer", "abstain", "deny"]
@@ -155,16 +166,29 @@ def suite_path(deployment: Path, suite_id: str) -> Path:
     return deployment / SUITES_DIR / f"{suite_id}.jsonl"
 
 
-def load_suite(path: Path) -> Suite:
-    """The suite in ``path``; any bad line is an :class:`InputError` naming it."""
-    try:
-        # JSON Lines end at "\n" only (a U+2028 inside a string is text, not a line break).
-        lines = path.read_text(encoding="utf-8").split("\n")
-    except FileNotFoundError:
+def load_suite(path: Path, *, inside: Path | None = None) -> Suite:
+    """The suite in ``path`` (a file within the directory ``inside`` once links are resolved,
+    when it is given: the deployment's); any bad line is an :class:`InputError` naming it."""
+    return parse_suite(read_suite(path, inside=inside), path)
+
+
+def read_suite(path: Path, *, inside: Path | None = None) -> str:
+    """The text of the suite file ``path``, read as a deployment file (see the module); an
+    :class:`InputError` naming the file when it cannot be."""
+    if not os.path.lexists(path):
         raise InputError(f"no eval suite {path}; write one (docs/eval.md) or pick another "
-                         f"--suite from {path.parent}") from None  # fmt: skip
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read eval suite {path}: {exc}") from None
+                         f"--suite from {path.parent}")  # fmt: skip
+    try:
+        return deployfile.read_text(path, max_bytes=MAX_SUITE_BYTES, inside=inside)
+    except ConfigFileError as exc:
+        raise InputError(f"cannot read eval suite {exc}") from None
+
+
+def parse_suite(text: str, path: Path) -> Suite:
+    """The suite ``text`` (of the file ``path``) holds; any bad line is an
+    :class:`InputError` naming it."""
+    # JSON Lines end at "\n" only (a U+2028 inside a string is text, not a line break).
+    lines = text.split("\n")
     header: SuiteHeader | None = None
     cases: list[EvalCase] = []
     seen: set[str] = set()
@@ -207,3 +231,28 @@ def load_suite(path: Path) -> Suite:
     if not cases:
         raise InputError(f"{path} has a header and no case; add one case a line")
     return Suite(header=header, cases=tuple(cases), path=str(path))
+
+
+def suite_problems(deployment: Path) -> list[Problem]:
+    """The problems of every ``evals/*.jsonl`` suite of ``deployment`` (``govrag config
+    check``), each naming the file: one that cannot be read (a FIFO, a device, too large, a
+    link out of the deployment) is an error; one that can but holds a bad line is a warning
+    (``govrag eval`` refuses it; serving does not use it)."""
+    folder = deployment / SUITES_DIR
+    problems: list[Problem] = []
+    for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
+        where = f"{SUITES_DIR}/{path.name}"
+        try:
+            text = read_suite(path, inside=deployment)
+        except InputError as exc:
+            problems.append(Problem(where, "", str(exc)))
+            continue
+        try:
+            parse_suite(text, path)
+        except InputError as exc:
+            message = str(exc)
+            if message.startswith(str(path)):  # the problem names the file already
+                message = message[len(str(path)) :].lstrip(":, ")
+            problems.append(Problem(where, "", f"govrag eval would refuse it: {message}",
+                                    warning=True))  # fmt: skip
+    return problems

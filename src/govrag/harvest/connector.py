@@ -61,6 +61,10 @@ class SourceSpec:
     #: Filesystem: front matter may put a file in another corpus (``[sources.<name>]``
     #: ``allow_front_matter_corpus``); off, such a file is refused.
     allow_front_matter_corpus: bool = False
+    #: A configured source's name: the owner of the groups and documents it writes, so a
+    #: source sharing its ``source_system`` cannot change them. ``None`` for a path given on
+    #: the command line (the operator's own feed, which may write any).
+    writer: str | None = None
 
     def __post_init__(self) -> None:
         try:

@@ -13,12 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from govrag.embed.base import Embedder
-from govrag.errors import IdentityConflict
+from govrag.errors import IdentityConflict, SourceConflict
 from govrag.harvest.connector import Connector, HarvestReport
 from govrag.harvest.ingest import Ingestor
 from govrag.settings import IngestSettings
 from govrag.store.protocol import IngestWrites
 from govrag.store.records import DocumentWrite, StoredHashes
+from govrag.types import CorpusTenancy
 
 Key = tuple[str, str]
 
@@ -33,6 +34,10 @@ class DryRunTarget:
         self.store = store
         self._written: dict[Key, StoredHashes | None] = {}  # None: deleted in this run
         self._owners: dict[tuple[str, str, str], str | None] = {}  # None: unbound in this run
+        #: Groups and documents a configured source claimed in this run (by source system
+        #: and id): what the store's writer columns would say after the writes.
+        self._groups: dict[Key, str] = {}
+        self._documents: dict[Key, str] = {}
 
     def account_owner(self, tenant: str, source_system: str, account_id: str) -> str | None:
         key = (tenant, source_system, account_id)
@@ -70,7 +75,34 @@ class DryRunTarget:
         self._owners[(tenant, source_system, account_id)] = None
         return True
 
-    def put_group(self, tenant: str, source_system: str, group_id: str, members: list[str]) -> bool:
+    def group_writer(self, tenant: str, source_system: str, group_id: str) -> str | None:
+        key = (source_system, group_id)
+        if key in self._groups:
+            return self._groups[key]
+        return None if self.store is None else self.store.group_writer(tenant, *key)
+
+    def document_writer(self, tenant: str, source_system: str, external_id: str) -> str | None:
+        key = (source_system, external_id)
+        if key in self._documents:
+            return self._documents[key]
+        return None if self.store is None else self.store.document_writer(tenant, *key)
+
+    def put_group(
+        self,
+        tenant: str,
+        source_system: str,
+        group_id: str,
+        members: list[str],
+        *,
+        writer: str | None = None,
+    ) -> bool:
+        """As the store's ``put_group`` would answer (the same refusals), writing nothing."""
+        if writer is not None:
+            owner = self.group_writer(tenant, source_system, group_id)
+            if owner not in (None, writer):
+                raise SourceConflict.refused("group", group_id, source_system, owner, writer,
+                                             delete=False)  # fmt: skip
+            self._groups[(source_system, group_id)] = writer
         return True
 
     def stored_hashes(self, tenant: str, keys: Sequence[Key]) -> dict[Key, StoredHashes]:
@@ -84,17 +116,32 @@ class DryRunTarget:
 
     def put_document(self, tenant: str, doc: DocumentWrite) -> str:
         key = (doc.source_system, doc.external_id)
+        self._claim(tenant, key, doc.writer, delete=False)
         old = self.stored_hashes(tenant, [key]).get(key)
         self._written[key] = StoredHashes(text_hash=doc.text_hash, record_hash=doc.record_hash)
         if old is None:
             return "added"
         return "unchanged" if old.record_hash == doc.record_hash else "updated"
 
-    def delete_document(self, tenant: str, source_system: str, external_id: str) -> bool:
+    def delete_document(
+        self, tenant: str, source_system: str, external_id: str, *, writer: str | None = None
+    ) -> bool:
         key = (source_system, external_id)
+        self._claim(tenant, key, writer, delete=True)
         existed = key in self.stored_hashes(tenant, [key])
         self._written[key] = None
+        self._documents.pop(key, None)
         return existed
+
+    def _claim(self, tenant: str, key: Key, writer: str | None, *, delete: bool) -> None:
+        """As :func:`govrag.store.database.claim` would, for the document ``key``."""
+        if writer is None:
+            return
+        owner = self.document_writer(tenant, *key)
+        if owner not in (None, writer):
+            raise SourceConflict.refused("document", key[1], key[0], owner, writer, delete=delete)
+        if not delete:
+            self._documents[key] = writer
 
 
 class _Ingestor(Ingestor):
@@ -116,9 +163,13 @@ def harvest(
     embedder: Embedder | None = None,
     progress: Callable[[int], None] | None = None,
     dry_run: bool = False,
+    tenancy: CorpusTenancy | None = None,
+    writer: str | None = None,
 ) -> HarvestReport:
     """Ingest everything ``connector`` yields into ``tenant``; ``progress(n_bytes)`` ticks as
-    items are read. With ``dry_run`` nothing is written (``store`` may then be ``None``)."""
+    items are read. With ``dry_run`` nothing is written (``store`` may then be ``None``).
+    ``tenancy``: a document into a corpus ``tenant`` does not hold is refused. ``writer``:
+    the configured source this is (it changes only the groups and documents it wrote)."""
     if dry_run:
         target: IngestWrites = DryRunTarget(store)
         embedder = None
@@ -126,7 +177,8 @@ def harvest(
         raise ValueError("harvest() needs a store unless dry_run is set")
     else:
         target = store
-    ingestor = _Ingestor(target, tenant, settings=settings, embedder=embedder)
+    ingestor = _Ingestor(target, tenant, settings=settings, embedder=embedder, tenancy=tenancy,
+                         writer=writer)  # fmt: skip
     ingestor.failed = set()
     report = ingestor.report = HarvestReport()
 

@@ -22,7 +22,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from govrag.embed.base import Embedder
-from govrag.errors import IdentityConflict, InputError, describe_validation
+from govrag.errors import IdentityConflict, InputError, SourceConflict, describe_validation
 from govrag.harvest.chunking import chunk_text
 from govrag.harvest.records import (
     RECORD_TYPES,
@@ -37,6 +37,7 @@ from govrag.store.filters import meta_rows
 from govrag.store.protocol import IngestWrites
 from govrag.store.records import ChunkRow, DocumentWrite
 from govrag.strict_json import load_json
+from govrag.types import CorpusTenancy
 
 _BATCH = 64
 
@@ -154,9 +155,16 @@ class Ingestor:
         settings: IngestSettings | None = None,
         embedder: Embedder | None = None,
         embed_progress: Callable[[int], None] | None = None,
+        tenancy: CorpusTenancy | None = None,
+        writer: str | None = None,
     ) -> None:
         self.store = store
         self.tenant = tenant
+        #: The configured source writing (``None``: an operator's feed): a source changes
+        #: only the groups and documents it wrote (:class:`~govrag.errors.SourceConflict`).
+        self.writer = writer
+        #: Which tenants hold each corpus: a document into one this tenant lacks is refused.
+        self.tenancy = tenancy or CorpusTenancy()
         self.settings = settings or IngestSettings()
         self.embedder = embedder
         self.embed_progress = embed_progress
@@ -170,6 +178,15 @@ class Ingestor:
     def add(self, where: str, record: Record) -> None:
         """Queue or apply one record; documents are batched for embedding."""
         if isinstance(record, DocumentRecord):
+            if not self.tenancy.holds(self.tenant, record.corpus):
+                # Nobody could ever search it: no session of this tenant pins the corpus.
+                self.error(where, InputError(
+                    f"corpus {record.corpus!r} is kept to other tenants ([corpora."
+                    f"{record.corpus}] tenants), so tenant {self.tenant!r} could never search "
+                    f"document {record.external_id!r}; ingest it with --tenant set to a tenant "
+                    f"that holds the corpus, or add {self.tenant!r} to that list"
+                ))  # fmt: skip
+                return
             self._pending.append((where, record))
             if len(self._pending) >= _BATCH:
                 self.flush()
@@ -178,12 +195,23 @@ class Ingestor:
         if isinstance(record, IdentityRecord):
             self._identity(where, record)
         elif isinstance(record, GroupRecord):
-            self.store.put_group(self.tenant, record.source_system, record.group_id, record.members)
+            try:
+                self.store.put_group(self.tenant, record.source_system, record.group_id,
+                                     record.members, writer=self.writer)  # fmt: skip
+            except SourceConflict as exc:
+                self.error(where, exc)
+                return
             self.report.groups += 1
-        elif isinstance(record, DeleteRecord) and self.store.delete_document(
-            self.tenant, record.source_system, record.external_id
-        ):
-            self.report.deleted += 1
+        elif isinstance(record, DeleteRecord):
+            try:
+                deleted = self.store.delete_document(
+                    self.tenant, record.source_system, record.external_id, writer=self.writer
+                )
+            except SourceConflict as exc:
+                self.error(where, exc)
+                return
+            if deleted:
+                self.report.deleted += 1
 
     def _identity(self, where: str, record: IdentityRecord) -> None:
         """Bind, rebind or unbind one account; a refused record is an error of its own."""
@@ -275,6 +303,7 @@ class Ingestor:
                 chunks=tuple(chunks) if chunks is not None else None,
                 vectors=doc_vectors,
                 embedder=self.embedder.name if self.embedder is not None else None,
+                writer=self.writer,
             )
             try:
                 outcome = self.store.put_document(self.tenant, write)

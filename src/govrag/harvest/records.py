@@ -3,7 +3,8 @@
 Every model forbids unknown fields, so a typo (``"acls"``) is an error, not a silently
 public document. The models are the one place every connector's records pass through, so
 every rule about values lives here: ids are printable text (no control, format or
-bidirectional-override characters, which would make two different ids look alike), a
+bidirectional-override characters, which would make two different ids look alike), an e-mail
+never matches another address once casefolded (:func:`govrag.types.check_email`), a
 ``source_system`` is never a name govrag reserves (:data:`govrag.types.RESERVED_SOURCE_SYSTEMS`),
 timestamps carry a time zone, and metadata is bounded (nesting depth, 64-bit integers,
 finite numbers, valid Unicode).
@@ -27,7 +28,7 @@ from pydantic import (
     model_validator,
 )
 
-from govrag.types import Classification, check_source_system
+from govrag.types import Classification, Email, check_email, check_source_system
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 #: Unicode categories an id may not hold: controls, format characters (bidi overrides and
@@ -137,9 +138,6 @@ class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-Email = Annotated[str, StringConstraints(min_length=3, max_length=320)]
-
-
 class IdentityRecord(_Record):
     """Binds ``email`` to an account of a source system; an account has one owner.
 
@@ -162,10 +160,11 @@ class IdentityRecord(_Record):
     def _email(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        value = value.strip()
         if "@" not in value or _unsafe_char(value) is not None:
             raise ValueError(f"{value!r} is not an email address")
-        return value.casefold()
+        # Refused, never stripped or folded past case: an address that matching would turn
+        # into another's ("ß" into "ss") would bind the account to that other person.
+        return check_email(value)
 
     @model_validator(mode="after")
     def _rebind_or_unbind(self) -> IdentityRecord:

@@ -41,6 +41,7 @@ def configured_source(settings: Settings, name: str, cfg: SourceSettings) -> Sou
         tenant=cfg.tenant,
         state_path=state_path(settings.deployment, name),
         allow_front_matter_corpus=cfg.allow_front_matter_corpus,
+        writer=name,
     )
 
 

@@ -6,12 +6,12 @@ a retrieve (downstream: the gateway), ``list_corpora`` (one decision per corpus 
 describe), ``get_document_metadata`` (the document's corpus) and any other tool (the tool
 itself is the resource), each with its manifest ``pdp_action``:
 
-1. A corpus must be in the session's pinned route scope; otherwise DENY (``out_of_scope``)
-   without asking the PDP.
+1. A corpus must be in the session's pinned route scope and held by the caller's tenant
+   (a corpus is per tenant; ``[corpora.<id>] tenants`` may keep an id to some tenants);
+   otherwise DENY (``out_of_scope``, the same for an id no tenant has) without asking the PDP.
 2. Otherwise the Cedar PDP decides the SARAC request built from the verified claims and the
-   deployment's facts about the corpus: the tenant that owns it (``[corpora.<id>] tenant``,
-   default ``default_tenant``), so the tenant rule compares two independent facts, and its
-   classification.
+   deployment's facts about the corpus: the caller's tenant's corpus of that id (the tenant
+   rule still guards a bundle's own resources) and its classification.
 3. The decision is committed to the audit log (``audit_id``, ``verdict``, ``policy_version``,
    ``resource``, ``downstream_called: false``) before anything else happens. If that write
    fails, the result is DENY and nothing runs.
@@ -52,6 +52,7 @@ from govrag.store.protocol import KnowledgeStore
 from govrag.types import (
     ChunkOrigin,
     Classification,
+    CorpusTenancy,
     Principal,
     Retrieval,
     RiskTier,
@@ -112,11 +113,9 @@ class PolicyEnforcementPoint:
         default_profile: str | None = None,
         corpus_classification: Mapping[str, Classification] | None = None,
         markers: MarkerGate | None = None,
-        corpus_tenants: Mapping[str, str] | None = None,
-        default_tenant: str | None = None,
+        tenancy: CorpusTenancy | None = None,
     ) -> None:
-        """``corpus_tenants`` names the tenant owning a corpus; any other corpus belongs to
-        ``default_tenant`` (``None``: to the caller's tenant, so the tenant rule cannot deny)."""
+        """``tenancy`` says which tenants hold each corpus id (default: every tenant)."""
         self.pdps = {pdp.bundle.name: pdp} if isinstance(pdp, CedarPDP) else dict(pdp)
         self.default_profile = default_profile or next(iter(self.pdps), "")
         self.audit = audit
@@ -124,12 +123,7 @@ class PolicyEnforcementPoint:
         self.corpus_classification = dict(corpus_classification or {})
         #: Audits each hidden-item marker a pack would carry and applies the budget.
         self.markers = markers or MarkerGate(audit)
-        self.corpus_tenants = dict(corpus_tenants or {})
-        self.default_tenant = default_tenant
-
-    def owner(self, corpus: str, principal: Principal) -> str:
-        """The tenant that owns ``corpus``."""
-        return self.corpus_tenants.get(corpus) or self.default_tenant or principal.tenant
+        self.tenancy = tenancy or CorpusTenancy()
 
     def retrieve(
         self,
@@ -321,7 +315,12 @@ class PolicyEnforcementPoint:
             if proposal.kind == "other":
                 # A tool that touches no corpus: the manifest offering it is its scope.
                 resource = {"type": "tool", "id": proposal.tool, "tenant": principal.tenant}
-            elif retrieval.mode == "none" or corpus is None or corpus not in retrieval.scope:
+            elif (
+                retrieval.mode == "none"
+                or corpus is None
+                or corpus not in retrieval.scope
+                or not self.tenancy.holds(principal.tenant, corpus)
+            ):
                 return Decision(
                     "DENY",
                     "out_of_scope",
@@ -332,7 +331,8 @@ class PolicyEnforcementPoint:
                 resource = {
                     "type": "corpus",
                     "id": corpus,
-                    "tenant": self.owner(corpus, principal),
+                    # The caller's tenant's corpus of this id: a corpus is per tenant.
+                    "tenant": principal.tenant,
                     "classification": self.corpus_classification.get(corpus, Classification.PUBLIC),
                 }
             profile = policy_profile or self.default_profile

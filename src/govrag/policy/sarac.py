@@ -51,8 +51,9 @@ class Resource(_Model):
     #: ``corpus`` for retrieve, list and metadata tools; ``tool`` for a tool of kind other.
     type: Literal["corpus", "tool"] = "corpus"
     id: Ident
-    #: The tenant that owns the corpus (the deployment's ``[corpora.<id>] tenant``); a tool
-    #: serves every tenant, so it is the caller's.
+    #: The tenant whose corpus of this id is decided: a corpus is per tenant, so the PEP
+    #: names the caller's (a deployment's own PEP or bundle may name another); a tool serves
+    #: every tenant, so it is the caller's.
     tenant: str = Field(min_length=1, max_length=256)
     #: Least clearance the corpus requires (from the deployment's ``[corpora.<id>]``).
     classification: Classification = Classification.PUBLIC

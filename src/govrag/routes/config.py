@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -185,7 +186,9 @@ def _cross_check(
                     f"{route.route_id!r}; add the corpus to the scope or unbind the tool",
                 )
         suite = route.eval_suite_id
-        if suite is not None and not (c.root / SUITES_DIR / f"{suite}.jsonl").is_file():
+        # Only a missing file is this warning; one that cannot be read is an error of its
+        # own (eval.suite.suite_problems), not "there is none".
+        if suite is not None and not os.path.lexists(c.root / SUITES_DIR / f"{suite}.jsonl"):
             c.add(path, "eval_suite_id",
                   f"route {route.route_id!r} binds eval suite {suite!r}, but there is no "
                   f"{SUITES_DIR}/{suite}.jsonl; write it (docs/eval.md) or drop eval_suite_id",

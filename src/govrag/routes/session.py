@@ -21,12 +21,13 @@ from govrag.audit.events import (
     write,
 )
 from govrag.audit.trail import recorded
-from govrag.errors import InputError, NotFoundError
+from govrag.errors import InputError, NotFoundError, UnknownRouteError
 from govrag.routes.config import DeploymentConfig
 from govrag.routes.models import Route
 from govrag.store.clock import iso, now_iso
 from govrag.store.protocol import KnowledgeStore
-from govrag.types import Principal, Retrieval
+from govrag.store.sessions import SessionRow
+from govrag.types import CorpusTenancy, Principal, Retrieval
 
 
 class PinViolation(InputError):
@@ -58,23 +59,30 @@ def select_route(
             "the deployment has no routes, so nothing may be retrieved: add a route row in "
             "routes/*.json (`govrag init DIR --corpus ID` scaffolds one)"
         )
-    known = ", ".join(repr(r) for r in sorted(config.routes))
+    # What a caller is told names no route but the one it sent: the route table is the
+    # operator's (the CLI shows them UnknownRouteError.known_routes).
     if route_id is not None:
         route = config.routes.get(route_id)
         if route is None:
-            raise NotFoundError(f"unknown route {route_id!r}; known routes: {known}")
+            raise UnknownRouteError(
+                f"unknown route {route_id!r}; name a route your deployment's operator gave "
+                "you, or none for the default route",
+                known_routes=config.routes,
+            )
         return route
     if intent is not None:
         matches = [r for r in config.routes.values() if r.intent == intent]
         if len(matches) > 1:
-            ids = ", ".join(sorted(r.route_id for r in matches))
-            raise InputError(f"intent {intent!r} matches several routes ({ids}); name one")
+            raise InputError(f"intent {intent!r} matches several routes; name the route "
+                             "instead")  # fmt: skip
         if matches:
             return matches[0]
     if default_route is not None:
         return select_route(config, route_id=default_route)
-    raise NotFoundError(
-        f"no route for intent {intent!r} and no default_route set; known routes: {known}"
+    raise UnknownRouteError(
+        f"no route for intent {intent!r} and no default_route set; name a route your "
+        "deployment's operator gave you",
+        known_routes=config.routes,
     )
 
 
@@ -82,11 +90,17 @@ class Sessions:
     """Opens, pins and resumes sessions of one deployment."""
 
     def __init__(
-        self, store: KnowledgeStore, config: DeploymentConfig, *, default_route: str | None = None
+        self,
+        store: KnowledgeStore,
+        config: DeploymentConfig,
+        *,
+        default_route: str | None = None,
+        tenancy: CorpusTenancy | None = None,
     ) -> None:
         self.store = store
         self.config = config
         self.default_route = default_route
+        self.tenancy = tenancy or CorpusTenancy()
 
     def open(
         self,
@@ -101,30 +115,43 @@ class Sessions:
             self.config, route_id=route_id, intent=intent, default_route=self.default_route
         )
         session_id = f"ses-{secrets.token_hex(8)}"
+        retrieval = self.retrieval(principal, route)
         pin = RoutePinned(
             sub=principal.sub,
             route_id=route.route_id,
-            retrieval=PinnedRetrieval(mode=route.retrieval.mode, scope=route.retrieval.scope),
+            retrieval=PinnedRetrieval(mode=retrieval.mode, scope=retrieval.scope),
             route_table_version=self.config.route_table_version,
             token_exp=iso(principal.expires_at) if principal.expires_at else None,
         )
         self.store.create_session(principal.tenant, session_id, pin, request_id=request_id)
-        return Session(session_id, principal, route.route_id, route.retrieval,
+        return Session(session_id, principal, route.route_id, retrieval,
                        self.config.route_table_version, pin.token_exp)  # fmt: skip
+
+    def retrieval(self, principal: Principal, route: Route) -> Retrieval:
+        """``route``'s retrieval as ``principal``'s tenant has it: a corpus id kept to other
+        tenants does not exist for this one, so it is neither pinned nor ever named to it."""
+        scope = self.tenancy.scope(principal.tenant, route.retrieval.scope)
+        return route.retrieval.model_copy(update={"scope": scope})
 
     def resume(self, principal: Principal, session_id: str) -> Session:
         """The session as pinned (in any process); only its own principal may resume it."""
-        row = self.store.get_session(principal.tenant, session_id)
-        if row is None or row.sub != principal.sub:
+        row = self.owned(principal.tenant, principal.sub, session_id)
+        retrieval = Retrieval.model_validate(json.loads(row.retrieval_json))
+        return Session(row.session_id, principal, row.route_id, retrieval,
+                       row.route_table_version, row.expires_at)  # fmt: skip
+
+    def owned(self, tenant: str, sub: str, session_id: str) -> SessionRow:
+        """The stored row of ``sub``'s live session ``session_id`` in ``tenant``; one
+        :class:`NotFoundError` for an absent session and for someone else's."""
+        row = self.store.get_session(tenant, session_id)
+        if row is None or row.sub != sub:
             # The same answer for "absent" and "someone else's": sessions are not enumerable.
             raise NotFoundError(f"no session {session_id!r} for this principal")
         if row.expires_at is not None and row.expires_at <= now_iso():
             # A session outlives no token: a fresh token does not revive it.
             raise NotFoundError(f"session {session_id!r} ended at {row.expires_at}, when the "
                                 "token that opened it expired; open a new session")  # fmt: skip
-        retrieval = Retrieval.model_validate(json.loads(row.retrieval_json))
-        return Session(row.session_id, principal, row.route_id, retrieval,
-                       row.route_table_version, row.expires_at)  # fmt: skip
+        return row
 
     def change(
         self,

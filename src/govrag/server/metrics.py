@@ -5,18 +5,27 @@ Two sources, neither of them the request's content:
 - each :class:`~govrag.server.access_log.RequestRecord` (requests by route template and
   status, latency by route, refusals by limit) and the in-flight count;
 - the audit log: every event the deployment commits is handed to :meth:`Metrics.observe`
-  (``Govrag.observe_audit``), which counts PEP verdicts by reason, hidden-item markers shown
-  or withheld, chunks withheld from packs by reason, context packs served from the result
-  cache, live rights checks that failed, validations that failed, and incidents. What the
-  governed path decided is counted from the record it must commit anyway, so no layer below
-  the application API knows there are metrics.
+  (``Govrag.observe_audit``), which counts PEP verdicts by reason, chunks withheld from packs
+  by reason, context packs served from the result cache, live rights checks that failed,
+  validations that failed, and incidents. What the governed path decided is counted from the
+  record it must commit anyway, so no layer below the application API knows there are
+  metrics.
+
+No count may move with what a caller cannot read: each one above is a function of what the
+request's own answer shows its caller (its decisions, its packs' withheld counts, cache flag
+and rights-check statuses, its validation), all computed over readable material only.
+``hidden_marker`` events are not counted at all: one is written only when a withheld
+document matches the query, so any count of them (shown, or withheld past the budget) would
+tell whoever reads the exposition that hidden material matched, past the marker's budget and
+for every principal. The audit log has them.
 
 Every label value is bounded: route templates, status codes, verdicts and the fixed reason
 and status vocabularies of the events (a value outside ``[A-Za-z0-9_.:-]{1,64}`` is counted as
-``other``). No subject, tenant, query, document id or text is a label, so the exposition
-needs no token. Each app has its own registry (never the process-wide default), so several
-apps in one process keep separate counts. ``prometheus_client`` is imported only here, when
-an app with metrics is built (``import govrag`` stays light).
+``other``). No subject, tenant, query, document id or text is a label; still the counts are
+every tenant's at once, so only the operator reads them (:mod:`~govrag.server.metrics_access`).
+Each app has its own registry (never the process-wide default), so several apps in one
+process keep separate counts. ``prometheus_client`` is imported only here, when an app with
+metrics is built (``import govrag`` stays light).
 """
 
 from __future__ import annotations
@@ -25,11 +34,13 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from govrag.errors import MissingExtraError
 from govrag.server.access_log import RequestRecord
+from govrag.server.metrics_access import MetricsAccess
+from govrag.server.problems import MEDIA_TYPE
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -81,9 +92,6 @@ class Metrics:
         self.decisions = Counter("govrag_pep_decisions", "Policy gate decisions (audited), "
                                  "by verdict and reason.", ["verdict", "reason"],
                                  registry=r)  # fmt: skip
-        self.markers = Counter("govrag_hidden_markers", "Hidden-item markers, shown or "
-                               "withheld (and why).", ["outcome", "reason"],
-                               registry=r)  # fmt: skip
         self.withheld = Counter("govrag_withheld_chunks", "Chunks kept out of context packs "
                                 "after ranking, by reason.", ["reason"], registry=r)  # fmt: skip
         self.packs = Counter("govrag_context_packs", "Context packs built, by whether the "
@@ -123,10 +131,6 @@ class Metrics:
         if kind == "pep_decision":
             self.decisions.labels(label(payload.get("verdict")),
                                   label(payload.get("reason"))).inc()  # fmt: skip
-        elif kind == "hidden_marker":
-            shown = payload.get("shown") is True
-            reason = "none" if shown else label(payload.get("reason"))
-            self.markers.labels("shown" if shown else "withheld", reason).inc()
         elif kind == "context_pack":
             self.packs.labels("hit" if payload.get("cache_hit") is True else "miss").inc()
             withheld = payload.get("withheld") or {}
@@ -149,17 +153,22 @@ class Metrics:
 
         return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
 
-    def mount(self, api: FastAPI) -> None:
-        """Serve :meth:`exposition` at ``GET /metrics`` (no token: it names no one)."""
+    def mount(self, api: FastAPI, access: MetricsAccess) -> None:
+        """Serve :meth:`exposition` at ``GET /metrics`` to the requests ``access`` allows."""
 
-        def metrics() -> Response:
-            return self.exposition()
+        def metrics(request: Request) -> Response:
+            return self.exposition() if access.allows(request) else access.refused()
 
+        refused = {"description": "Not the operator: no metrics token, or not from loopback "
+                                  "([server] metrics_token_env).",
+                   "content": {MEDIA_TYPE: {}}}  # fmt: skip
         api.add_api_route("/metrics", metrics, methods=["GET"], tags=["operations"],
-                          summary="Prometheus metrics (no token; counts only).",
-                          response_class=Response)  # fmt: skip
+                          summary="Prometheus metrics (the metrics token, or loopback only; "
+                          "counts only).", response_class=Response,
+                          responses={403: refused})  # fmt: skip
 
 
 #: The limits' refusal kinds (``govrag.server.limits``).
 REFUSALS = ("payload-too-large", "rate-limited", "overloaded", "deadline-exceeded")
-_COUNTED = frozenset({"pep_decision", "hidden_marker", "context_pack", "validation", "incident"})
+#: The audit events counted; never ``hidden_marker`` (module docstring).
+_COUNTED = frozenset({"pep_decision", "context_pack", "validation", "incident"})

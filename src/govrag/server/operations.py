@@ -6,7 +6,8 @@ metrics), inside it the limits (:mod:`~govrag.server.limits`: body size, in-flig
 deadline), and it answers a rate-limit refusal raised by the token dependency
 (:func:`~govrag.server.limits.admit`). The recorder is outside the limits so a refused request
 is logged and counted like any other. With ``[server] metrics`` on, it mounts ``GET /metrics``
-and subscribes the metrics to the deployment's committed audit events.
+(for the operator only: :mod:`~govrag.server.metrics_access`) and subscribes the metrics to the
+deployment's committed audit events.
 """
 
 from __future__ import annotations
@@ -44,9 +45,11 @@ def install(api: FastAPI, govrag: Govrag, *, clock: Callable[[], float] = time.m
         sinks.append(AccessLog())
     if cfg.metrics:
         from govrag.server.metrics import Metrics
+        from govrag.server.metrics_access import MetricsAccess
 
+        access = MetricsAccess.from_env(cfg.metrics_token_env)  # before anything is subscribed
         metrics = Metrics(in_flight=lambda: limits.in_flight)
-        metrics.mount(api)
+        metrics.mount(api, access)
         govrag.observe_audit(metrics.observe)
         sinks.append(metrics.record)
         api.state.metrics = metrics

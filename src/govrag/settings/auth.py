@@ -3,17 +3,18 @@
 A caller's identity comes only from a token the deployment can verify: a JWT signed by a key
 configured here (a shared secret named by an environment variable, a PEM public key file, or a
 JWKS file on disk), from the configured issuer, for the configured audience, inside its
-validity window (``exp``, ``nbf``, with a small leeway). Each key pins its algorithm: a token
-whose header names another is refused, whatever the key could verify. The claims become
-govrag's :class:`~govrag.types.Principal` through :class:`ClaimMap`. Secrets never sit in the
-file: an HMAC key is read from the environment variable the file names.
+validity window (``exp``, ``nbf``, with a small leeway) and no longer-lived than
+``max_token_lifetime_s``. Each key pins its algorithm: a token whose header names another is
+refused, whatever the key could verify. The claims become govrag's
+:class:`~govrag.types.Principal` through :class:`ClaimMap`. Secrets never sit in the file: an
+HMAC key is read from the environment variable the file names.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from govrag.settings.sections import Section
 
@@ -76,6 +77,10 @@ class AuthSettings(Section):
     audience: str = "govrag"
     #: Clock skew tolerated on ``exp``, ``nbf`` and ``iat``, in seconds.
     leeway_s: int = Field(default=30, ge=0, le=300)
+    #: The longest a token may live, in seconds (``exp`` - ``iat``): a longer-lived one is
+    #: refused like any bad token, so a token that leaks, or one an identity provider was
+    #: talked into minting for a century, is not a credential for good. Default: a day.
+    max_token_lifetime_s: int = 86_400
     keys: list[AuthKey] = Field(default_factory=list)
     #: A JWKS file (JSON Web Key Set) on disk, relative to the deployment; re-read when it
     #: changes, so a key rotation needs no restart. Each key names its ``alg`` (RSA keys
@@ -89,8 +94,17 @@ class AuthSettings(Section):
     #: Development only: accept tokens that ``govrag token --as SUB`` signs for entries of
     #: ``principals.json`` (a secret generated in ``keys/``). Never on a served deployment.
     dev_tokens: bool = False
-    #: How long a development token lives, in seconds.
+    #: How long a development token lives, in seconds (at most ``max_token_lifetime_s``).
     dev_token_ttl_s: int = Field(default=3600, ge=60, le=86_400)
+
+    @field_validator("max_token_lifetime_s")
+    @classmethod
+    def _lifetime(cls, value: int) -> int:
+        if value <= 0:
+            raise ValueError(f"max_token_lifetime_s = {value} is not a positive number of "
+                             "seconds; set the longest a token may live (exp - iat), e.g. "
+                             "86400 for a day")  # fmt: skip
+        return value
 
     @model_validator(mode="after")
     def _kids(self) -> AuthSettings:

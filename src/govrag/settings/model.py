@@ -56,7 +56,7 @@ from govrag.settings.sources import (
     origin,
     read_config,
 )
-from govrag.types import reserved_source_system
+from govrag.types import CorpusTenancy, reserved_source_system
 
 PRINCIPALS_FILE = "principals.json"
 DEPLOYMENT_ENV = "GOVRAG_DEPLOYMENT"
@@ -134,6 +134,12 @@ class Settings(BaseSettings):
     @property
     def principals_path(self) -> Path:
         return self.deployment / PRINCIPALS_FILE
+
+    @property
+    def tenancy(self) -> CorpusTenancy:
+        """Which tenants hold each corpus id (``[corpora.<id>] tenants``; default: all)."""
+        return CorpusTenancy({cid: frozenset(c.tenants) for cid, c in self.corpora.items()
+                              if c.tenants is not None})  # fmt: skip
 
 
 def find_deployment(explicit: str | Path | None = None) -> Path:

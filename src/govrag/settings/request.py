@@ -207,6 +207,11 @@ class AuditSettings(Section):
     #: does not hold the signing key. Default: the signing key's own public half; when both
     #: are readable they must match.
     verify_key: str | None = None
+    #: Retired public keys (key rotation) that checkpoints signed before a rotation are
+    #: checked with, picked by the key id a checkpoint records: PEM files, or folders whose
+    #: ``*.pub`` files are keys. ``govrag audit keygen --rotate`` files the retired key into
+    #: the first entry (a folder); an entry that does not exist holds no key.
+    verify_keys: list[str] = Field(default_factory=lambda: ["keys/audit-keyring"], max_length=64)
     #: A tenant's checkpoint is written after this many events since its last one ...
     checkpoint_every_events: int = Field(default=1000, ge=1, le=1_000_000_000)
     #: ... or at its first event more than this many seconds after its last one.

@@ -8,9 +8,16 @@ model, audit) are in :mod:`govrag.settings.request`. Every section refuses unkno
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 from govrag.store_url import SecretUrl, parse_store_url
 from govrag.types import Classification, Strategy, check_source_system
@@ -133,14 +140,39 @@ class CorpusSettings(Section):
     #: The corpus as a whole: a caller needs at least this clearance to search it at all
     #: (the PDP's classification rule). Each document's own classification still applies.
     classification: Classification = Classification.PUBLIC
-    #: The tenant that owns the corpus (default: ``default_tenant``). The PDP's tenant rule
-    #: denies it to callers of any other tenant (reason ``tenant``).
-    tenant: str | None = Field(default=None, min_length=1, max_length=256)
+    #: The only tenants that hold this corpus (default: every tenant; a corpus is per
+    #: tenant, each with its own documents). To any other tenant the corpus does not exist:
+    #: out of its sessions' scope, and ingest refuses documents into it.
+    tenants: tuple[Annotated[str, StringConstraints(min_length=1, max_length=256)], ...] | None = (
+        None
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_tenant(cls, value: Any) -> Any:
+        # ``tenant = "x"`` (before corpora were per tenant) keeps its meaning: only x has it.
+        if isinstance(value, dict) and "tenant" in value:
+            if "tenants" in value:
+                raise ValueError("give tenants (a list) or tenant, not both; keep tenants")
+            value = {k: v for k, v in value.items() if k != "tenant"} | {
+                "tenants": [value["tenant"]]
+            }
+        return value
 
     @field_validator("classification", mode="before")
     @classmethod
     def _parse(cls, value: object) -> Classification:
         return Classification.parse(value)
+
+    @field_validator("tenants")
+    @classmethod
+    def _tenants(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is not None and not value:
+            raise ValueError("is empty, so no tenant could use the corpus; name at least one "
+                             "tenant, or remove the key for every tenant")  # fmt: skip
+        if value is not None and any(t != t.strip() for t in value):
+            raise ValueError("a tenant id has surrounding white space; remove it")
+        return value
 
 
 class SourceSettings(Section):

@@ -35,9 +35,16 @@ class ServerSettings(Section):
     max_in_flight: int = Field(default=32, ge=1, le=10_000)
     #: On SIGTERM or SIGINT, how long in-flight requests may still finish, in seconds.
     drain_s: float = Field(default=30.0, ge=0.0, le=3600.0)
-    #: Serve Prometheus metrics at ``GET /metrics`` (no token; no document text, query or
-    #: subject in it).
+    #: Serve Prometheus metrics at ``GET /metrics`` (no document text, query or subject in
+    #: it, and no count that moves with what a caller may not read; the operator's, so only
+    #: to the credential below).
     metrics: bool = True
+    #: The environment variable holding the bearer secret (at least 32 bytes) a scraper of
+    #: ``GET /metrics`` must send, from any address. Unset: ``/metrics`` answers only a client
+    #: connected from loopback that came through no proxy (no ``Forwarded``,
+    #: ``X-Forwarded-For`` or ``X-Real-IP`` header). Anything else is one fixed 403.
+    metrics_token_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+                                          max_length=128)  # fmt: skip
     #: One JSON line per request on the logger ``govrag.access`` (never a token, a body or a
     #: query string).
     access_log: bool = True

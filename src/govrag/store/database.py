@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from govrag.errors import SourceConflict
 from govrag.store.clock import now_iso
 from govrag.store.dialect import Conn, Dialect
 
@@ -111,6 +112,28 @@ def ensure_source(conn: Conn, tenant: str, source_system: str) -> None:
         "INSERT INTO source_systems(tenant_id, source_system) VALUES (?, ?) ON CONFLICT DO NOTHING",
         (tenant, source_system),
     )
+
+
+def claim(
+    conn: Conn,
+    table: str,
+    id_column: str,
+    key: tuple[str, str, str],
+    writer: str,
+    *,
+    kind: str,
+    delete: bool,
+) -> None:
+    """Let the configured source ``writer`` write (or delete) the row ``key`` (tenant, source
+    system, id) of ``table`` (``groups`` or ``documents``): a row no source owns becomes its
+    own; one another source owns is a :class:`~govrag.errors.SourceConflict`. Run inside the
+    writer's transaction, before it changes anything (the claim locks the row on PostgreSQL,
+    so two sources claiming one row at once are told apart)."""
+    where = f"WHERE tenant_id = ? AND source_system = ? AND {id_column} = ?"
+    conn.execute(f"UPDATE {table} SET writer = ? {where} AND writer IS NULL", (writer, *key))
+    row = conn.execute(f"SELECT writer FROM {table} {where}", key).fetchone()
+    if row is not None and row[0] != writer:
+        raise SourceConflict.refused(kind, key[2], key[1], str(row[0]), writer, delete=delete)
 
 
 # -- values as the backends take and return them -------------------------------------------

@@ -17,6 +17,7 @@ from govrag.store.database import (
     Database,
     append_outbox,
     bump_epoch,
+    claim,
     ensure_source,
     ensure_tenant,
     forget_tenant,
@@ -67,13 +68,21 @@ class DocumentRepository:
         return out
 
     def put_document(self, tenant: str, doc: DocumentWrite) -> str:
-        """Write one document atomically. Returns ``added``, ``updated`` or ``unchanged``."""
+        """Write one document atomically. Returns ``added``, ``updated`` or ``unchanged``.
+
+        A document another configured source wrote is refused for ``doc.writer``
+        (:class:`~govrag.errors.SourceConflict`), even when the record is the same: the
+        writer would otherwise count it as its own, and delete it when its copy goes."""
         with self._db.tx(tenant) as conn:
             ensure_tenant(conn, self._db.dialect, tenant)
+            key = (tenant, doc.source_system, doc.external_id)
+            if doc.writer is not None:
+                claim(conn, "documents", "external_id", key, doc.writer, kind="document",
+                      delete=False)  # fmt: skip
             row = conn.execute(
                 "SELECT doc_id, content_hash, record_hash, classification FROM documents "
                 "WHERE tenant_id = ? AND source_system = ? AND external_id = ?",
-                (tenant, doc.source_system, doc.external_id),
+                key,
             ).fetchone()
             if row is not None and row[2] == doc.record_hash:
                 return "unchanged"
@@ -103,9 +112,9 @@ class DocumentRepository:
                 cur = conn.execute(
                     "INSERT INTO documents(corpus_id, title, author_account, classification, "
                     "authority_tier, updated_at, metadata, content_hash, record_hash, "
-                    "ingested_at, tenant_id, source_system, external_id) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING doc_id",
-                    (*values, tenant, doc.source_system, doc.external_id),
+                    "ingested_at, writer, tenant_id, source_system, external_id) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING doc_id",
+                    (*values, doc.writer, tenant, doc.source_system, doc.external_id),
                 )
                 doc_id = int(cur.fetchone()[0])
                 rights_changed = True
@@ -204,9 +213,16 @@ class DocumentRepository:
                 f"{row[0]!r} in govrag.toml, or ingest into a new deployment"
             )
 
-    def delete_document(self, tenant: str, source_system: str, external_id: str) -> bool:
-        """Delete a document with its chunks, vectors, ACL and metadata rows."""
+    def delete_document(
+        self, tenant: str, source_system: str, external_id: str, *, writer: str | None = None
+    ) -> bool:
+        """Delete a document with its chunks, vectors, ACL and metadata rows; one another
+        configured source wrote is refused for ``writer``
+        (:class:`~govrag.errors.SourceConflict`)."""
         with self._db.tx(tenant) as conn:
+            if writer is not None:
+                claim(conn, "documents", "external_id", (tenant, source_system, external_id),
+                      writer, kind="document", delete=True)  # fmt: skip
             row = conn.execute(
                 "SELECT doc_id FROM documents WHERE tenant_id = ? AND source_system = ? "
                 "AND external_id = ?",
@@ -218,6 +234,16 @@ class DocumentRepository:
             append_outbox(conn, self._db.dialect, tenant, int(row[0]))
             bump_epoch(conn, tenant)
             return True
+
+    def document_writer(self, tenant: str, source_system: str, external_id: str) -> str | None:
+        """The configured source that owns a document (``None``: none does, or no such one)."""
+        rows = self._db.q(
+            tenant,
+            "SELECT writer FROM documents WHERE tenant_id = ? AND source_system = ? "
+            "AND external_id = ?",
+            (tenant, source_system, external_id),
+        )
+        return None if not rows or rows[0][0] is None else str(rows[0][0])
 
     def drop_tenant(self, tenant: str) -> int:
         """Delete every row of a tenant (one transaction) and this process's indexes of it.

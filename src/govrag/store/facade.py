@@ -136,9 +136,20 @@ class Store:
         return self._parts.identities.account_owner(tenant, source_system, account_id)
 
     def put_group(
-        self, tenant: str, source_system: str, group_id: str, members: Sequence[str]
+        self,
+        tenant: str,
+        source_system: str,
+        group_id: str,
+        members: Sequence[str],
+        *,
+        writer: str | None = None,
     ) -> bool:
-        return self._parts.identities.put_group(tenant, source_system, group_id, members)
+        return self._parts.identities.put_group(
+            tenant, source_system, group_id, members, writer=writer
+        )
+
+    def group_writer(self, tenant: str, source_system: str, group_id: str) -> str | None:
+        return self._parts.identities.group_writer(tenant, source_system, group_id)
 
     def source_accounts(self, tenant: str, email: str, source_system: str) -> list[str]:
         return self._parts.identities.source_accounts(tenant, email, source_system)
@@ -152,8 +163,15 @@ class Store:
     def put_document(self, tenant: str, doc: DocumentWrite) -> str:
         return self._parts.documents.put_document(tenant, doc)
 
-    def delete_document(self, tenant: str, source_system: str, external_id: str) -> bool:
-        return self._parts.documents.delete_document(tenant, source_system, external_id)
+    def delete_document(
+        self, tenant: str, source_system: str, external_id: str, *, writer: str | None = None
+    ) -> bool:
+        return self._parts.documents.delete_document(
+            tenant, source_system, external_id, writer=writer
+        )
+
+    def document_writer(self, tenant: str, source_system: str, external_id: str) -> str | None:
+        return self._parts.documents.document_writer(tenant, source_system, external_id)
 
     def drop_tenant(self, tenant: str) -> int:
         return self._parts.documents.drop_tenant(tenant)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from govrag.errors import IdentityConflict
-from govrag.store.database import Database, bump_epoch, ensure_source, ensure_tenant
+from govrag.store.database import Database, bump_epoch, claim, ensure_source, ensure_tenant
 from govrag.store.dialect import Conn
 
 
@@ -103,18 +103,33 @@ class IdentityRepository:
             return removed
 
     def put_group(
-        self, tenant: str, source_system: str, group_id: str, members: Sequence[str]
+        self,
+        tenant: str,
+        source_system: str,
+        group_id: str,
+        members: Sequence[str],
+        *,
+        writer: str | None = None,
     ) -> bool:
-        """Replace a group's direct members. Returns whether the membership changed."""
+        """Replace a group's direct members. Returns whether the membership changed.
+
+        ``writer`` is the configured source writing it (``None``: no configured source, an
+        operator's feed, which may write any group and leaves its owner as it is). A source
+        owns the groups it wrote and claims one no source owns; a group another source owns
+        is refused with :class:`~govrag.errors.SourceConflict` and nothing changes.
+        """
         wanted = set(members)
         with self._db.tx(tenant) as conn:
             ensure_tenant(conn, self._db.dialect, tenant)
             ensure_source(conn, tenant, source_system)
+            key = (tenant, source_system, group_id)
             conn.execute(
-                "INSERT INTO groups(tenant_id, source_system, group_id) VALUES (?, ?, ?) "
-                "ON CONFLICT DO NOTHING",
-                (tenant, source_system, group_id),
+                "INSERT INTO groups(tenant_id, source_system, group_id, writer) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                (*key, writer),
             )
+            if writer is not None:
+                claim(conn, "groups", "group_id", key, writer, kind="group", delete=False)
             have = {
                 r[0]
                 for r in conn.execute(
@@ -137,6 +152,15 @@ class IdentityRepository:
             )
             bump_epoch(conn, tenant)
             return True
+
+    def group_writer(self, tenant: str, source_system: str, group_id: str) -> str | None:
+        """The configured source that owns a group (``None``: none does, or no such group)."""
+        rows = self._db.q(
+            tenant,
+            "SELECT writer FROM groups WHERE tenant_id = ? AND source_system = ? AND group_id = ?",
+            (tenant, source_system, group_id),
+        )
+        return None if not rows or rows[0][0] is None else str(rows[0][0])
 
     def source_accounts(self, tenant: str, email: str, source_system: str) -> list[str]:
         """The caller's own accounts in a source system (what a live rights check asks about)."""

@@ -91,6 +91,10 @@ class DocumentWrite:
     #: One row per indexed chunk, in chunk order; None without an embedder.
     vectors: npt.NDArray[np.float32] | None = field(default=None, compare=False)
     embedder: str | None = None
+    #: The configured source writing it (``None``: no configured source, an operator's feed,
+    #: which may write any document and leaves its owner as it is). A source changes only
+    #: documents it wrote or that no source owns (:func:`~govrag.store.database.claim`).
+    writer: str | None = None
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,7 @@ __all__ = [
     "read_clock",
     "read_fields",
     "scope_key",
+    "snapshot",
     "writeback_id",
 ]
 
@@ -139,6 +140,25 @@ def read_fields(candidate: object) -> Fields:
         confidence=candidate.confidence,
         expires_at=candidate.expires_at,
         supersedes=_plain(candidate.supersedes),
+    )
+
+
+def snapshot(candidate: object) -> object:
+    """``candidate`` as a plain :class:`WriteBackCandidate` of its fields each read once (a
+    non-candidate as given), so a caller that checks its scope or writer admits exactly what
+    it checked: a scope reading one session when checked and another when stored cannot pass."""
+    fields = read_fields(candidate)
+    if not fields.is_candidate:
+        return candidate
+    return WriteBackCandidate(
+        scope=RetrievalScope(tenant=fields.tenant, session=fields.session),
+        source_turn_id=fields.source_turn_id,
+        agent_id=fields.agent_id,
+        gate=fields.gate,
+        content=fields.content,
+        confidence=fields.confidence,
+        expires_at=fields.expires_at,
+        supersedes=fields.supersedes,
     )
 
 
