@@ -149,6 +149,24 @@ def bank(
             os.environ[SECRET_ENV] = before
 
 
+World = tuple[govrag.Govrag, httpx.Client, rsa.RSAPrivateKey]
+
+
+@contextmanager
+def served_bank(root: Path) -> Iterator[World]:
+    """:func:`bank` in ``root`` verifying a new key, served on loopback: the app, a client of
+    the server, and the key its tokens are signed with."""
+    from server.serving import serving
+
+    key = rsa_key()
+    with (
+        bank(root, key) as app,
+        serving(app) as url,
+        httpx.Client(base_url=url, timeout=60) as client,
+    ):
+        yield app, client, key
+
+
 def claims(sub: str, /, **over: Any) -> dict[str, Any]:
     """``sub``'s claims as the identity provider issues them now (``None`` drops a claim)."""
     now = datetime.now(UTC)

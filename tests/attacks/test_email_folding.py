@@ -20,13 +20,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from cryptography.hazmat.primitives.asymmetric import rsa
-from http_world import bank, bearer, doc, hs_token, ident, records, rsa_key
+from http_world import World, bearer, doc, hs_token, ident, records, served_bank
 
 import govrag
 from govrag.errors import TOKEN_REFUSED, AuthError, ConfigError
 from govrag.types import Principal
-from server.serving import serving
 
 SECRET_PAY = "Strasse payroll: the bonus pool is EUR 80,000 this year."
 #: Addresses that casefold into ``strasse@bank.example`` without being it.
@@ -36,21 +34,14 @@ PADDED = [" ana@bank.example", "ana@bank.example ", "ana@bank.example\t", "\u00a
 
 
 @pytest.fixture(scope="module")
-def world(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[govrag.Govrag, httpx.Client, rsa.RSAPrivateKey]]:
-    key = rsa_key()
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     root = tmp_path_factory.mktemp("folding") / "bank"
-    with (
-        bank(root, key) as app,
-        serving(app) as url,
-        httpx.Client(base_url=url, timeout=60) as client,
-    ):
+    with served_bank(root) as world:
         feed = root / "strasse.jsonl"
         feed.write_text(records(ident("strasse@bank.example", "S-77"),
                                 doc("strasse-pay", SECRET_PAY, ["S-77"])))  # fmt: skip
-        assert app.ingest(feed).ok
-        yield app, client, key
+        assert world[0].ingest(feed).ok
+        yield world
 
 
 def found(client: httpx.Client, token: str) -> int | bool:

@@ -25,26 +25,19 @@ from pathlib import Path
 import httpx
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
-from http_world import bank, bearer, doc, records, rsa_key, token
+from http_world import World, bearer, doc, records, served_bank, token
 
 import govrag
 from govrag.audit.trail import RECORD_DEPTH, recorded
-from server.serving import serving
 
 INVALID = "https://govrag.dev/problems/invalid-request"
 
 
 @pytest.fixture(scope="module")
-def world(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[govrag.Govrag, httpx.Client, rsa.RSAPrivateKey]]:
-    key = rsa_key()
-    with (
-        bank(tmp_path_factory.mktemp("hostile") / "bank", key) as app,
-        serving(app) as url,
-        httpx.Client(base_url=url, timeout=60) as client,
-    ):
-        yield app, client, key
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    root = tmp_path_factory.mktemp("hostile") / "bank"
+    with served_bank(root) as world:
+        yield world
 
 
 def nested(opening: str, closing: str, depth: int, inner: str = "") -> str:

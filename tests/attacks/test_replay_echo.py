@@ -19,12 +19,11 @@ from urllib.parse import quote
 import httpx
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
-from http_world import bank, bearer, rsa_key, token
+from http_world import World, bearer, served_bank, token
 
 import govrag
 from govrag.errors import NotFoundError
 from govrag.types import Principal
-from server.serving import serving
 
 #: Terminal escapes (clear the screen, set the title), a bidi override, a newline: then bulk.
 HOSTILE_IDS = {
@@ -44,17 +43,10 @@ def check(message: str, request_id: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def world(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[govrag.Govrag, httpx.Client, rsa.RSAPrivateKey]]:
-    key = rsa_key()
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     root = tmp_path_factory.mktemp("replay-echo") / "bank"
-    with (
-        bank(root, key) as app,
-        serving(app) as url,
-        httpx.Client(base_url=url, timeout=60) as client,
-    ):
-        yield app, client, key
+    with served_bank(root) as world:
+        yield world
 
 
 @pytest.mark.parametrize("request_id", HOSTILE_IDS.values(), ids=HOSTILE_IDS.keys())

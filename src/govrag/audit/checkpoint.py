@@ -35,7 +35,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from govrag.audit.keys import Keyring, key_id
+from govrag.audit.keys import Keyring, fsync_dir, key_id
 from govrag.errors import ConfigError, describe_validation
 from govrag.store.audit import AuditEvent, canonical
 
@@ -156,7 +156,7 @@ class CheckpointDir:
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        _fsync_dir(folder)
+        fsync_dir(folder)
         return folder / name
 
     def _files(self, folder: Path) -> list[Path]:
@@ -228,17 +228,3 @@ class CheckpointDir:
             if isinstance(got, Checkpoint):
                 return got
         return None
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Make a rename durable (POSIX); where directories cannot be opened, skip it."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # pragma: no cover - e.g. Windows
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover - some file systems refuse
-        pass
-    finally:
-        os.close(fd)

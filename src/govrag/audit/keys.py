@@ -100,7 +100,7 @@ def _replace(path: Path, data: bytes, mode: int) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def generate_key(path: Path) -> str:
@@ -406,7 +406,7 @@ def rotate_key(path: Path, keyring_folder: Path) -> Rotation:
     return Rotation(path, public_path(path), key_id(key.public_key()), old_id, retired)
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_dir(folder: Path) -> None:
     """Make a rename durable (POSIX); where directories cannot be opened, skip it."""
     try:
         fd = os.open(folder, os.O_RDONLY)
