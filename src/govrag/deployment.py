@@ -53,7 +53,7 @@ from govrag.settings import (
     load_settings,
 )
 from govrag.store import KnowledgeStore, location_problems, open_store
-from govrag.types import Principal
+from govrag.types import Classification, Principal
 from govrag.validation import Validator
 from govrag.writeback import ControlledWriteBackStore
 
@@ -416,6 +416,20 @@ def settings_problems(settings: Settings, config: DeploymentConfig) -> list[Prob
         )
     for name, problem in location_problems(settings):
         out.append(Problem(CONFIG_FILE, name, problem))
+    scoped = {c for r in config.routes.values() for c in r.retrieval.scope}
+    for corpus_id, corpus in sorted(settings.corpora.items()):
+        if corpus_id in scoped:
+            continue
+        # A rule on an id no route has guards nothing: a misspelt id (or one an environment
+        # variable cannot spell: GOVRAG_CORPORA__HR_POLICIES is hr_policies) leaves the
+        # corpus it meant to every tenant and every clearance. Only a description is harmless.
+        guards = corpus.tenants is not None or corpus.classification > Classification.PUBLIC
+        out.append(Problem(CONFIG_FILE, f"corpora.{corpus_id}",
+                           f"no route's scope names corpus {corpus_id!r}, so this table "
+                           f"{'restricts' if guards else 'describes'} nothing; spell the id "
+                           "as the routes do (ids are case-sensitive; set ids with '-' in "
+                           f"{CONFIG_FILE}, not in the environment) or remove the table",
+                           warning=not guards))  # fmt: skip
     for route in config.routes.values():
         profile = route.model_profile
         if profile is not None and profile not in settings.llm.profiles:

@@ -52,8 +52,9 @@ def run_workflow(
                 note["skipped"] = "no corpus bound to the stage or its tool"
             elif corpus not in run.session.retrieval.scope:
                 # The route has it but the session's pin does not: the caller's tenant holds
-                # no corpus of that id ([corpora.<id>] tenants), so it is never named to it.
-                note["skipped"] = "not in this session's scope"
+                # no corpus of that id ([corpora.<id>] tenants). Such a stage does not exist
+                # for it: no trace entry either (its name could say which corpus it searches).
+                continue
             else:
                 # The PEP decides the stage's corpus first; only an ALLOW asks the model to
                 # formulate the query (a denied stage costs no model call).

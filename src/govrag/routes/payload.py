@@ -27,13 +27,41 @@ from govrag.types import Retrieval
 def offered_tools(
     manifest: Manifest | None, retrieval: Retrieval, *, allowlist: Sequence[str] | None = None
 ) -> list[Tool]:
-    """The tools the model may propose on this route (and stage, for Pattern 3)."""
+    """The tools the model (or a caller) may propose on this route (and stage, for Pattern
+    3), as ``retrieval`` (the session's pin: the route's scope as the caller's tenant has it)
+    allows them: a retrieve tool bound to a corpus outside it is not offered, and a manifest's
+    own ``enum`` of corpora keeps only the corpora in it, so no schema or refusal names a
+    corpus the caller's tenant does not hold."""
     tools = list(manifest.tools if manifest else ())
     if retrieval.mode != "tool":
         tools = [t for t in tools if t.kind != "retrieve"]
     if allowlist is not None:
         tools = [t for t in tools if t.name in set(allowlist)]
-    return tools
+    out = []
+    for tool in tools:
+        if tool.kind == "retrieve" and tool.corpus is not None:
+            if tool.corpus in retrieval.scope:
+                out.append(tool)
+            continue
+        named = _corpus_enum(tool)
+        if named is None:
+            out.append(tool)
+            continue
+        kept = [c for c in named if c in retrieval.scope]
+        if kept:
+            properties = tool.parameters["properties"]
+            corpus = {**properties["corpus"], "enum": kept}
+            parameters = {**tool.parameters, "properties": {**properties, "corpus": corpus}}
+            out.append(tool.model_copy(update={"parameters": parameters}))
+    return out
+
+
+def _corpus_enum(tool: Tool) -> list[Any] | None:
+    """A retrieve tool's own list of corpora (its ``corpus`` argument's ``enum``), if any."""
+    properties = tool.parameters.get("properties")
+    corpus = properties.get("corpus") if isinstance(properties, dict) else None
+    named = corpus.get("enum") if isinstance(corpus, dict) else None
+    return named if tool.kind == "retrieve" and isinstance(named, list) else None
 
 
 def tool_schemas(tools: Sequence[Tool], *, scope: Sequence[str] = ()) -> list[dict[str, Any]]:
