@@ -94,9 +94,9 @@ class IdentityConflict(InputError):
 
 
 class SourceConflict(InputError):
-    """A configured source (``[sources.<name>]``) would change or delete a group or document
-    that another configured source sharing its ``source_system`` wrote. Nothing was changed;
-    the message names the row, both sources and the fix."""
+    """A configured source (``[sources.<name>]``) would change or delete a group, document or
+    identity binding that another configured source sharing its ``source_system`` wrote.
+    Nothing was changed; the message names the row, both sources and the fix."""
 
     @classmethod
     def refused(
@@ -107,9 +107,32 @@ class SourceConflict(InputError):
         return cls(
             f"{kind} {name!r} of source system {source_system!r} was written by source "
             f"{owner!r}, so source {writer!r} may not {what} it (nothing changed): sources "
-            "sharing a source_system each manage only their own groups and documents; give "
-            f"this {kind} another id in source {writer!r}, or give the sources distinct "
-            "source_system values in govrag.toml"
+            "sharing a source_system each manage only their own groups, documents and identity "
+            f"bindings; give this {kind} another id in source {writer!r}, or give the sources "
+            "distinct source_system values in govrag.toml"
+        )
+
+    @classmethod
+    def binding(
+        cls,
+        account_id: str,
+        source_system: str,
+        email: str,
+        owner: str,
+        writer: str,
+        *,
+        unbind: bool,
+    ) -> SourceConflict:
+        """The refusal of ``writer``'s rebind (or unbind) of the binding of ``email`` to
+        ``account_id`` that source ``owner`` made."""
+        what = "unbind" if unbind else "rebind"
+        return cls(
+            f"account {account_id!r} of source system {source_system!r} was bound to {email!r} "
+            f"by source {owner!r}, so source {writer!r} may not {what} it (nothing changed): "
+            "sources sharing a source_system each manage only their own groups, documents and "
+            f"identity bindings; send this record from source {owner!r} (or ingest it by path, "
+            "the operator's feed), or give the sources distinct source_system values in "
+            "govrag.toml"
         )
 
 

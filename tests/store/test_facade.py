@@ -132,6 +132,7 @@ def _call(store: KnowledgeStore, name: str) -> Any:
         "document_writer": lambda: store.document_writer(t, "sp", "secret"),
         "generation": lambda: store.generation(t),
         "group_writer": lambda: store.group_writer(t, "sp", "G"),
+        "identity_writer": lambda: store.identity_writer(t, "sp", "A"),
         "get_session": lambda: store.get_session(t, "s1"),
         "incidents": lambda: store.incidents(t),
         "is_empty": lambda: store.is_empty(t),

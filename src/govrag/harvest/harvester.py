@@ -34,6 +34,8 @@ class DryRunTarget:
         self.store = store
         self._written: dict[Key, StoredHashes | None] = {}  # None: deleted in this run
         self._owners: dict[tuple[str, str, str], str | None] = {}  # None: unbound in this run
+        #: The configured source owning each binding this run made, moved or removed.
+        self._binders: dict[tuple[str, str, str], str | None] = {}
         #: Groups and documents a configured source claimed in this run (by source system
         #: and id): what the store's writer columns would say after the writes.
         self._groups: dict[Key, str] = {}
@@ -47,6 +49,14 @@ class DryRunTarget:
             return None
         return self.store.account_owner(tenant, source_system, account_id)
 
+    def identity_writer(self, tenant: str, source_system: str, account_id: str) -> str | None:
+        key = (tenant, source_system, account_id)
+        if key in self._binders:
+            return self._binders[key]
+        if self.store is None:
+            return None
+        return self.store.identity_writer(tenant, source_system, account_id)
+
     def put_identity(
         self,
         tenant: str,
@@ -55,25 +65,52 @@ class DryRunTarget:
         account_id: str,
         *,
         previous_email: str | None = None,
+        writer: str | None = None,
     ) -> bool:
         """As the store's ``put_identity`` would answer (the same refusals), writing nothing."""
         email = email.casefold()
         previous = None if previous_email is None else previous_email.casefold()
         if previous == email:
             previous = None  # a plain bind, as the store takes it
-        owner = self.account_owner(tenant, source_system, account_id)
+        key = (tenant, source_system, account_id)
+        owner = self.account_owner(*key)
         if owner == email:
             return False  # holds already
-        if owner == previous:  # free (no previous), or held by the email that changed
-            self._owners[(tenant, source_system, account_id)] = email
-            return True
-        raise IdentityConflict.refused(email, source_system, account_id, owner, previous)
-
-    def remove_identity(self, tenant: str, email: str, source_system: str, account_id: str) -> bool:
-        if self.account_owner(tenant, source_system, account_id) != email.casefold():
-            return False
-        self._owners[(tenant, source_system, account_id)] = None
+        if owner != previous:
+            raise IdentityConflict.refused(email, source_system, account_id, owner, previous)
+        if previous is None:  # a free account: the binding is the writer's
+            self._binders[key] = writer
+        elif writer is not None:  # a move: only of the writer's own binding, or no source's
+            self._claim_binding(key, previous, writer, unbind=False)
+        self._owners[key] = email
         return True
+
+    def remove_identity(
+        self,
+        tenant: str,
+        email: str,
+        source_system: str,
+        account_id: str,
+        *,
+        writer: str | None = None,
+    ) -> bool:
+        key = (tenant, source_system, account_id)
+        if self.account_owner(*key) != email.casefold():
+            return False
+        if writer is not None:
+            self._claim_binding(key, email.casefold(), writer, unbind=True)
+        self._owners[key] = None
+        self._binders[key] = None
+        return True
+
+    def _claim_binding(
+        self, key: tuple[str, str, str], email: str, writer: str, *, unbind: bool
+    ) -> None:
+        """As the store would, for ``writer`` moving or removing ``email``'s binding."""
+        held = self.identity_writer(*key)
+        if held not in (None, writer):
+            raise SourceConflict.binding(key[2], key[1], email, held, writer, unbind=unbind)
+        self._binders[key] = writer
 
     def group_writer(self, tenant: str, source_system: str, group_id: str) -> str | None:
         key = (source_system, group_id)

@@ -12,7 +12,9 @@ it did not give. The rules:
   later unbinds nothing;
 * ``"active": false`` and ``previous_email`` act only on bindings the file made; on another
   source's binding they are refused per line (an :class:`~govrag.errors.IdentityConflict`)
-  and nothing changes. A JSONL ingest, the operator's authoritative feed, is not limited.
+  and nothing changes. A configured JSONL source is held to the same by the store (it may
+  move or unbind only bindings it or no configured source made); a JSONL file ingested by
+  path, the operator's authoritative feed, is not limited.
 
 Each line is judged against the account's owner at the moment it is applied (the harvester
 applies an item before it asks for the next), and the bindings the file made are recorded

@@ -161,7 +161,8 @@ class Ingestor:
         self.store = store
         self.tenant = tenant
         #: The configured source writing (``None``: an operator's feed): a source changes
-        #: only the groups and documents it wrote (:class:`~govrag.errors.SourceConflict`).
+        #: only the groups, documents and identity bindings it wrote
+        #: (:class:`~govrag.errors.SourceConflict`).
         self.writer = writer
         #: Which tenants hold each corpus: a document into one this tenant lacks is refused.
         self.tenancy = tenancy or CorpusTenancy()
@@ -216,9 +217,12 @@ class Ingestor:
     def _identity(self, where: str, record: IdentityRecord) -> None:
         """Bind, rebind or unbind one account; a refused record is an error of its own."""
         if not record.active:
-            self.store.remove_identity(
-                self.tenant, record.email, record.source_system, record.account_id
-            )
+            try:
+                self.store.remove_identity(self.tenant, record.email, record.source_system,
+                                           record.account_id, writer=self.writer)  # fmt: skip
+            except SourceConflict as exc:
+                self.error(where, exc)
+                return
             self.report.identities += 1
             return
         glob = placeholder_glob(record.email, self.settings.placeholder_emails)
@@ -237,9 +241,13 @@ class Ingestor:
                 record.source_system,
                 record.account_id,
                 previous_email=record.previous_email,
+                writer=self.writer,
             )
         except IdentityConflict as exc:
             self.report.conflicts += 1
+            self.error(where, exc)
+            return
+        except SourceConflict as exc:
             self.error(where, exc)
             return
         self.report.identities += 1

@@ -124,13 +124,27 @@ class Store:
         account_id: str,
         *,
         previous_email: str | None = None,
+        writer: str | None = None,
     ) -> bool:
         return self._parts.identities.put_identity(
-            tenant, email, source_system, account_id, previous_email=previous_email
+            tenant, email, source_system, account_id, previous_email=previous_email, writer=writer
         )
 
-    def remove_identity(self, tenant: str, email: str, source_system: str, account_id: str) -> bool:
-        return self._parts.identities.remove_identity(tenant, email, source_system, account_id)
+    def remove_identity(
+        self,
+        tenant: str,
+        email: str,
+        source_system: str,
+        account_id: str,
+        *,
+        writer: str | None = None,
+    ) -> bool:
+        return self._parts.identities.remove_identity(
+            tenant, email, source_system, account_id, writer=writer
+        )
+
+    def identity_writer(self, tenant: str, source_system: str, account_id: str) -> str | None:
+        return self._parts.identities.identity_writer(tenant, source_system, account_id)
 
     def account_owner(self, tenant: str, source_system: str, account_id: str) -> str | None:
         return self._parts.identities.account_owner(tenant, source_system, account_id)

@@ -53,11 +53,19 @@ class IngestWrites(Protocol):
         account_id: str,
         *,
         previous_email: str | None = None,
+        writer: str | None = None,
     ) -> bool: ...
     def remove_identity(
-        self, tenant: str, email: str, source_system: str, account_id: str
+        self,
+        tenant: str,
+        email: str,
+        source_system: str,
+        account_id: str,
+        *,
+        writer: str | None = None,
     ) -> bool: ...
     def account_owner(self, tenant: str, source_system: str, account_id: str) -> str | None: ...
+    def identity_writer(self, tenant: str, source_system: str, account_id: str) -> str | None: ...
     def put_group(
         self,
         tenant: str,
