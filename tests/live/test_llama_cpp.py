@@ -17,6 +17,7 @@ Per pattern, latency and token counts are written to ``bench/out/llm-live.json``
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -72,8 +73,34 @@ def model_path() -> str:
     return out.stdout.strip()
 
 
+@dataclass
+class LlamaServer:
+    """The llama.cpp server process, its URL and its log."""
+
+    process: subprocess.Popen[bytes]
+    url: str
+    log: Path
+
+    def check(self, grace: float = 0.0) -> None:
+        """Fail the test with one line naming the log and its last lines when the server has
+        exited (a crash at the first completion otherwise shows as an LLM connection error
+        for every question). ``grace``: seconds a process whose connection just broke gets
+        to be reaped (a bound on waiting, not a timing assertion)."""
+        if grace:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(grace)
+        code = self.process.poll()
+        if code is not None:
+            pytest.fail(self.said(f"the llama.cpp server exited with code {code}"), False)
+
+    def said(self, what: str, lines: int = 6) -> str:
+        tail = self.log.read_text(errors="replace").strip().splitlines()[-lines:]
+        shown = " | ".join(line.strip() for line in tail if line.strip()) or "(empty)"
+        return f"{what}; its log {self.log} ends: {shown}"
+
+
 @pytest.fixture(scope="module")
-def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
     if not SERVER_PYTHON:
         pytest.fail("GOVRAG_LLM_PYTHON is not set: run these tests with `make test-llm`")
     port = free_port()
@@ -85,20 +112,28 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
              "--n_ctx", "4096", "--chat_format", "chatml-function-calling"],
             stdout=sink, stderr=subprocess.STDOUT,
         )  # fmt: skip
-    url = f"http://127.0.0.1:{port}/v1"
+    server = LlamaServer(proc, f"http://127.0.0.1:{port}/v1", log)
     try:
         for _ in range(600):  # loading a 100 MB model takes seconds; allow for a busy machine
-            if proc.poll() is not None:
-                pytest.fail(f"the llama.cpp server exited: {log.read_text()[-2000:]}")
+            server.check()
             try:
-                if httpx.get(f"{url}/models", timeout=2).status_code == 200:
+                if httpx.get(f"{server.url}/models", timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:  # not listening yet
                 pass
             time.sleep(0.5)
         else:
-            pytest.fail(f"the llama.cpp server did not start: {log.read_text()[-2000:]}")
-        yield url
+            pytest.fail(server.said("the llama.cpp server did not start in 300 s"), False)
+        # One completion before any question: a server that loads but cannot generate (the
+        # crash this recipe's build options fix) fails here, once, naming its log.
+        try:
+            httpx.post(f"{server.url}/completions", timeout=300,
+                       json={"model": "smollm2", "prompt": "Hello", "max_tokens": 1})  # fmt: skip
+        except httpx.HTTPError:
+            server.check(grace=10)  # a crash broke the connection: name the log
+            raise
+        server.check()
+        yield server
     finally:
         proc.terminate()
         try:
@@ -152,8 +187,8 @@ class Recorder:
 
 
 @pytest.fixture(scope="module")
-def live(llama_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
-    tuple[Deployment, Recorder]
+def live(llama_server: LlamaServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
+    tuple[Deployment, Recorder, LlamaServer]
 ]:  # fmt: skip
     root = tmp_path_factory.mktemp("bank-eu")
     demo.create(root, "hash")
@@ -161,22 +196,24 @@ def live(llama_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     routes.append(STAGED_ROUTE)
     (root / "routes" / "routes.json").write_text(json.dumps(routes))
     (root / "workflows" / "staged_v1.json").write_text(json.dumps(STAGED_WORKFLOW))
-    recorder = Recorder(llama_server)
+    recorder = Recorder(llama_server.url)
     proxy, url = recorder.serve()
     # Sized for a 4,096-token server context (README, "Using a real model"): at most four
     # packs of 600 tokens reach one loop, beside ~1,000 of instructions and tool schemas
     # and a 256-token reply.
+    # The demo's model profiles set their own max_tokens (512, 1024): each is held to 256 too.
+    profiles = {name: {"max_tokens": 256} for name in ("fast-standard", "reasoning-standard")}
     dep = Deployment.load(root, llm={"provider": "openai", "base_url": url, "model": "smollm2",
                                      "max_tokens": 256, "timeout_s": 300,
                                      "max_steps": MAX_STEPS, "max_tool_calls_per_reply": 2,
-                                     "max_tool_calls": 4},
+                                     "max_tool_calls": 4, "profiles": profiles},
                           gateway={"token_budget": 600})  # fmt: skip
     bundled = resources.files("govrag") / "data" / "bank-eu"
     with resources.as_file(bundled / "corpus.jsonl") as path:
         ingest_jsonl(dep.store, path, demo.TENANT, settings=dep.settings.ingest,
                      embedder=dep.embedder)  # fmt: skip
     try:
-        yield dep, recorder
+        yield dep, recorder, llama_server
     finally:
         dep.close()
         proxy.shutdown()
@@ -190,8 +227,10 @@ def questions() -> list[dict[str, Any]]:
     return [*asked, *staged]
 
 
-def test_every_route_and_pattern_against_llama_cpp(live: tuple[Deployment, Recorder]) -> None:
-    dep, recorder = live
+def test_every_route_and_pattern_against_llama_cpp(
+    live: tuple[Deployment, Recorder, LlamaServer],
+) -> None:
+    dep, recorder, server = live
     figures: dict[str, dict[str, Any]] = {}
     for q in questions():
         before = len(recorder.exchanges)
@@ -199,6 +238,8 @@ def test_every_route_and_pattern_against_llama_cpp(live: tuple[Deployment, Recor
         answer = dep.orchestrator.ask(dep.principal(q["sub"]), q["question"],
                                       route_id=q["route_id"], text=q.get("text"))  # fmt: skip
         elapsed = time.perf_counter() - started
+        # A server that died is one failure naming its log, not one per question.
+        server.check(grace=10 if answer.reason == "llm_error" else 0)
         where = f"{q['route_id']} ({q['sub']}): {q['question'][:40]}"
         exchanges = recorder.exchanges[before:]
         print(
