@@ -416,7 +416,7 @@ def settings_problems(settings: Settings, config: DeploymentConfig) -> list[Prob
         )
     for name, problem in location_problems(settings):
         out.append(Problem(CONFIG_FILE, name, problem))
-    scoped = {c for r in config.routes.values() for c in r.retrieval.scope}
+    scoped = config.scoped_corpora()
     for corpus_id, corpus in sorted(settings.corpora.items()):
         if corpus_id in scoped:
             continue

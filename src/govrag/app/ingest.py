@@ -93,7 +93,7 @@ def unrouted_corpora(dep: Deployment, tenant: str) -> list[str]:
     from govrag.errors import ConfigError
 
     try:
-        scoped = {c for r in dep.config.routes.values() for c in r.retrieval.scope}
+        scoped = dep.config.scoped_corpora()
     except ConfigError:
         return []
     return [c for c, _ in dep.store.list_corpora(tenant) if c not in scoped]

@@ -58,6 +58,10 @@ class DeploymentConfig:
         """The bundle a route's ``policy_profile`` (a bundle name or a declared profile) names."""
         return bundle_for(self.bundles, profile)
 
+    def scoped_corpora(self) -> set[str]:
+        """Every corpus id some route's scope names."""
+        return {c for r in self.routes.values() for c in r.retrieval.scope}
+
 
 def _json_files(root: Path, folder: str) -> list[Path]:
     directory = root / folder

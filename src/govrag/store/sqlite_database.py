@@ -46,19 +46,23 @@ def _file_id(path: str | Path) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
+def _is_held(path: str | Path) -> bool:
+    """Under :data:`_held_lock`: whether this process holds a connection to ``path``."""
+    key = _file_id(path)
+    return key is not None and _held[key] > 0
+
+
 def holds(path: str | Path) -> bool:
     """Whether this process holds a connection to the SQLite file at ``path``."""
-    key = _file_id(path)
     with _held_lock:
-        return key is not None and _held[key] > 0
+        return _is_held(path)
 
 
 def is_sqlite_file(path: str | Path) -> bool:
     """Whether ``path`` starts with the SQLite 3 header, read without ever opening a file this
     process holds a connection to (which would drop the process's locks on it)."""
     with _held_lock:  # held while reading: no connection of this process opens it meanwhile
-        key = _file_id(path)
-        if key is not None and _held[key] > 0:
+        if _is_held(path):
             return True
         with open(path, "rb") as fh:
             return fh.read(len(_HEADER)) == _HEADER
