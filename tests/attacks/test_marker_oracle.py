@@ -78,7 +78,7 @@ def test_a_word_in_a_document_above_my_clearance_raises_no_marker(
         doc("faq", "quarterly policy overview", ["P"]),
         doc("memo", "merger with halvorsen", ["*"], classification="restricted", author="O"),
     ])  # fmt: skip
-    for probe in ("merger", "halvorsen", "merger halvorsen policy"):
+    for probe in ("merger", "halvorsen", "merger halvorsen", "merger halvorsen policy"):
         assert not marker(dep, probe, strategy=strategy).present, probe
 
 
@@ -86,7 +86,7 @@ def test_the_same_word_at_my_clearance_is_what_the_marker_is_for(
     make_deployment: MakeDeployment,
 ) -> None:
     dep = make_deployment([doc("memo", "merger with halvorsen", ["O"], author="O")])
-    hidden = marker(dep, "merger", strategy=Strategy.KEYWORD)
+    hidden = marker(dep, "merger with halvorsen", strategy=Strategy.KEYWORD)
     assert hidden.present
     assert [(s.source_system, s.author_email) for s in hidden.sources] == [("sp", "o@x.example")]
 
@@ -112,10 +112,11 @@ def test_metadata_of_an_unreadable_document_selects_nothing(
         doc("note", "merger notes", ["P"], metadata={"deal": "other", "amount": 5}),
     ])  # fmt: skip
     for strategy in Strategy:
-        result = dep.governed.search(PROBER, "merger", strategy=strategy, filters=(probe,))
+        result = dep.governed.search(PROBER, "merger memo", strategy=strategy, filters=(probe,))
         assert not result.hidden.present
         assert all(c.doc_id == "note" for c in result.results)
-    assert marker(dep, "merger", strategy=Strategy.KEYWORD).present  # unfiltered: it is there
+    unfiltered = marker(dep, "merger memo", strategy=Strategy.KEYWORD)
+    assert unfiltered.present  # unfiltered: it is there
 
 
 def test_a_vector_neighbour_alone_never_raises_the_marker(make_deployment: MakeDeployment) -> None:
@@ -132,7 +133,7 @@ def test_a_weak_match_does_not_count_beside_a_strong_one(make_deployment: MakeDe
         doc("weak", "limit of the cafeteria budget for desserts and other sweets", ["O"],
             author="O"),
     ])  # fmt: skip
-    # The hidden document ranks (top 2) but matches one rare word weakly: under half the best.
+    # The hidden document ranks (top 2) but holds one of the three words (two would count).
     result = dep.governed.search(PROBER, "wire limit approval", strategy=Strategy.KEYWORD,
                                  top_k=2)  # fmt: skip
     assert [c.doc_id for c in result.results] == ["strong"]
@@ -155,10 +156,10 @@ def test_every_marker_is_audited_and_the_budget_withholds_it(
 ) -> None:
     dep = make_deployment([doc("memo", "merger with halvorsen", ["O"], author="O")],
                           marker_budget=2)  # fmt: skip
-    shown = [dep.governed.search(PROBER, "merger").hidden.present for _ in range(2)]
+    shown = [dep.governed.search(PROBER, "halvorsen merger").hidden.present for _ in range(2)]
     # Another process of the deployment shares the budget: it lives in the truth store.
     other = make_deployment(marker_budget=2)
-    third = other.governed.search(PROBER, "merger")
+    third = other.governed.search(PROBER, "halvorsen merger")
     assert shown == [True, True] and not third.hidden.present
     events = [e for e in dep.store.audit_events("t1") if e.kind == "hidden_marker"]
     assert [(e.payload["shown"], e.payload["reason"], e.payload["used"]) for e in events] == [
@@ -175,15 +176,15 @@ def test_every_marker_is_audited_and_the_budget_withholds_it(
 def test_a_zero_budget_turns_markers_off_but_keeps_the_record(
     make_deployment: MakeDeployment,
 ) -> None:
-    dep = make_deployment([doc("memo", "merger", ["O"], author="O")], marker_budget=0)
-    assert not dep.governed.search(PROBER, "merger").hidden.present
+    dep = make_deployment([doc("memo", "merger memo", ["O"], author="O")], marker_budget=0)
+    assert not dep.governed.search(PROBER, "merger memo").hidden.present
     (event,) = [e for e in dep.store.audit_events("t1") if e.kind == "hidden_marker"]
     assert (event.payload["shown"], event.payload["reason"]) == (False, "budget_exhausted")
 
 
 def test_the_store_search_never_ranks_above_the_ceiling(make_deployment: MakeDeployment) -> None:
     """Below the governed path too: the store's own marker for P, over every strategy."""
-    dep = make_deployment([doc("memo", "merger", ["*"], classification="confidential")])
+    dep = make_deployment([doc("memo", "merger memo", ["*"], classification="confidential")])
     for strategy in Strategy:
-        result = dep.store.search(PROBER, SearchRequest(query="merger", strategy=strategy))
+        result = dep.store.search(PROBER, SearchRequest(query="merger memo", strategy=strategy))
         assert not result.hidden.present and not result.results

@@ -72,9 +72,10 @@ IDENTITIES: list[Record] = [
 #: Ids that are new for every request, and timings: they differ between any two runs.
 RANDOM_IDS = {"request_id", "session_id", "context_pack_id", "context_pack_ids", "audit_id",
               "response_id", "latency_ms", "elapsed_ms"}  # fmt: skip
-#: A word no drawn text holds: only the base world's probe document (unreadable, at P's
-#: clearance) holds it, so asking for it shows P the marker until its budget is spent.
-PROBE = "zeta"
+#: Two words no drawn text holds: only the base world's probe document (unreadable, at P's
+#: clearance) holds them, so asking for them shows P the marker until its budget is spent (a
+#: one-word probe never raises it).
+PROBE = "zeta omega"
 #: Markers P may be shown (per window) in a scenario of kind (e).
 SMALL_BUDGET = 2
 #: The corpus no route allows.
@@ -200,7 +201,9 @@ def scenarios(draw: st.DrawFn) -> Scenario:
                   corpus=draw(st.sampled_from(["c1", "c2"])))
             for i in extra
         )  # fmt: skip
-    hidden_words = st.sampled_from(unreadable.text.split())  # each one held by u0: a marker
+    # Words u0 holds: a marker whenever two or more distinct ones are asked.
+    hidden_words = st.lists(st.sampled_from(unreadable.text.split()), min_size=2,
+                            max_size=4).map(" ".join)  # fmt: skip
     asks = tuple(
         Ask(
             query=draw(st.one_of(words, hidden_words, hidden_words)),
@@ -212,7 +215,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         for _ in range(draw(st.integers(min_value=1, max_value=3)))
     )
     if kind == "past_budget":
-        # The probe word is in no added document: these show the same marker in both
+        # The probe words are in no added document: these show the same marker in both
         # worlds and spend the budget; what follows must not depend on the added documents.
         probe = Ask(PROBE, Strategy.KEYWORD, 3, None)
         asks = (probe,) * SMALL_BUDGET + asks + (probe,)
@@ -403,6 +406,7 @@ def test_a_world_pair_where_the_old_marker_and_scores_leaked() -> None:
         changed=(),
         added=(memo, replace(hidden, ext="h2", level=3)),
         asks=(Ask("merger", Strategy.KEYWORD, 3, None), Ask("loan", Strategy.KEYWORD, 3, None),
+              Ask("loan audit", Strategy.KEYWORD, 3, None),
               Ask("policy", Strategy.HYBRID, 3, None)),
     )  # fmt: skip
     run_on_sqlite(scenario)

@@ -136,25 +136,27 @@ def test_the_marker_tells_one_hidden_copy_from_six(make_world: MakeWorld) -> Non
     copies = [doc(f"h{i}", "zebra pie recipe", ["O"], author="O") for i in range(1, 6)]
     one = make_world("one", PEOPLE + readable + memo)
     six = make_world("six", PEOPLE + readable + memo + copies)
-    for probe in ("zebra", "apple zebra"):
+    for probe in ("zebra", "apple zebra", "zebra pie", "zebra pie recipe"):
         assert marker(one, probe) == marker(six, probe), probe
+    assert marker(one, "zebra pie").present  # the memo is what the marker is for
 
 
 def test_the_marker_tells_how_strongly_a_hidden_document_matches(
     sqlite_world: MakeWorld,
 ) -> None:
     """The other handle on the same root: the keyword top-k cut. The hidden memo matches
-    "pie" in both worlds (with ``top_k=100`` both show the marker); whether it ranks above
-    P's sixty readable documents depends on how often it says "pie" (tf 1 or 3), and
+    "pie cream" in both worlds (with ``top_k=100`` both show the marker); whether it ranks
+    above P's sixty readable documents depends on how often it says "pie" (tf 1 or 3), and
     ``top_k`` moves the cut: P reads the hidden document's term frequency off the marker."""
-    readable = [doc(f"r{i}", f"pie pie w{i}", ["P"]) for i in range(60)]
+    readable = [doc(f"r{i}", f"pie pie cream w{i}", ["P"]) for i in range(60)]
     weak = sqlite_world(
         "weak", PEOPLE + readable + [doc("m", "pie lemon cream", ["O"], author="O")]
     )
-    strong = sqlite_world("strong", PEOPLE + readable + [doc("m", "pie pie pie", ["O"],
+    strong = sqlite_world("strong", PEOPLE + readable + [doc("m", "pie pie pie cream", ["O"],
                                                              author="O")])  # fmt: skip
-    assert marker(weak, "pie", top_k=100) == marker(strong, "pie", top_k=100)
-    assert marker(weak, "pie", top_k=10) == marker(strong, "pie", top_k=10)
+    assert marker(weak, "pie cream", top_k=100) == marker(strong, "pie cream", top_k=100)
+    assert marker(weak, "pie cream", top_k=10) == marker(strong, "pie cream", top_k=10)
+    assert marker(weak, "pie cream", top_k=10).present
 
 
 # -- 2. ask: an empty tenant is a tenant-wide fact ---------------------------------------------
@@ -201,12 +203,13 @@ def test_a_second_sub_of_the_same_person_gets_no_fresh_marker_budget(
     """Two tokens (subs) for the same mailbox resolve to the same rights, and the result cache
     treats them as one caller (``acl_fingerprint`` drops the sub); the marker budget does
     not: each sub probes with its own budget."""
-    dep = sqlite_world("a", [*PEOPLE, doc("memo", "merger", ["O"], author="O")], marker_budget=1)
+    dep = sqlite_world("a", [*PEOPLE, doc("memo", "merger memo", ["O"], author="O")],
+                       marker_budget=1)  # fmt: skip
     shown = [
-        dep.governed.search(with_claims(PROBER, sub=sub), "merger").hidden.present
+        dep.governed.search(with_claims(PROBER, sub=sub), "merger memo").hidden.present
         for sub in ("p", "p", "p-laptop", "p-phone")
     ]
-    assert sum(shown) <= 1, shown
+    assert shown[0] and sum(shown) == 1, shown
 
 
 # -- 5. click: an existence oracle without a PEP decision --------------------------------------

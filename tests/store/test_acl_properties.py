@@ -8,8 +8,8 @@ brute-force cosine. For random worlds and queries in every strategy:
   BM25 statistics counted over that set only;
 - the hidden marker, whatever the strategy, is present exactly when an unreadable document
   the caller could ask for (same tenant, requested corpora, at or below the clearance) holds
-  every query term, and names the first three distinct sources/authors of those documents
-  in ingest order.
+  at least ``max(2, ceil(0.5 n))`` of the query's ``n`` distinct terms (none when ``n < 2``),
+  and names the first three distinct sources/authors of those documents in ingest order.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import itertools
 import math
 import tempfile
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +53,8 @@ TENANTS = ["t1", "t2"]
 CORPORA = ["c1", "c2"]
 LEVELS = ["public", "internal", "confidential", "restricted"]
 EPS = 1e-4
+#: The default ``[search] marker_min_term_share``, as the decimal it is written as.
+MARKER_SHARE = Fraction("0.5")
 
 
 @dataclass(frozen=True)
@@ -218,7 +221,7 @@ def to_records(world: World, tenant: str) -> list[Record]:
     return out
 
 
-queries = st.lists(st.sampled_from(VOCAB), min_size=1, max_size=3).map(" ".join)
+queries = st.lists(st.sampled_from(VOCAB), min_size=1, max_size=5).map(" ".join)
 
 
 cases = given(
@@ -323,7 +326,9 @@ def check_marker(
         return
     analyze = default_analyzer().analyze
     words = set(analyze(query))
-    counted = [d for d in askable
-               if words and d.ext not in can and words <= set(analyze("\n" + d.text))]  # fmt: skip
+    # At least max(2, ceil(share * n)) of the n distinct terms; a one-term query: none.
+    need = max(2, math.ceil(MARKER_SHARE * len(words)))
+    counted = [d for d in askable if len(words) >= 2 and d.ext not in can
+               and len(words & set(analyze("\n" + d.text))) >= need]  # fmt: skip
     contacts = list(dict.fromkeys((d.system, author_email(world, d)) for d in counted))
     assert named == sorted(contacts[:3], key=lambda c: (c[0], c[1] or ""))

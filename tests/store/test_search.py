@@ -127,7 +127,7 @@ def test_no_marker_when_everything_relevant_is_readable(bank: KnowledgeStore) ->
 def test_marker_can_be_turned_off(open_store: StoreFactory) -> None:
     store = open_store(hidden_marker=False)
     load(store, [ident("ben@x.example", "B"), doc("w", "wire transfer", ["X"])])
-    result = store.search(principal("ben@x.example"), SearchRequest(query="wire"))
+    result = store.search(principal("ben@x.example"), SearchRequest(query="wire transfer"))
     assert result.results == () and not result.hidden.present
 
 

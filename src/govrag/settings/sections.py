@@ -80,6 +80,13 @@ class SearchSettings(Section):
     hidden_marker: bool = True
     #: Most contacts (source system, author email) one marker names.
     marker_max_contacts: int = Field(default=3, ge=1, le=20)
+    #: When a withheld document counts for the marker: it holds at least
+    #: ``max(2, ceil(share * n))`` of the query's ``n`` distinct analysed terms (a query of
+    #: fewer than 2 never raises it; see govrag/store/search.py). In (0, 1].
+    #: 0.5: calibrated on 2026-12-06 on the dev split of bank-eu-natural (hint correctness
+    #: 0.925 at 0.6, 1.0 at 0.5; bank-eu unchanged at 0.667), reported on its test split
+    #: (bench/RESULTS.md).
+    marker_min_term_share: float = 0.5
     #: Markers shown to one principal per window; past it the marker is withheld (and the
     #: audit event says so). Bounds probing for what exists.
     marker_budget: int = Field(default=50, ge=0, le=1_000_000)
@@ -98,6 +105,16 @@ class SearchSettings(Section):
     #: cut at this depth, so they fuse the same candidates. Deeper costs PostgreSQL's
     #: filtered HNSW walk more than linearly and buys little: bench/RESULTS.md (a) and (c).
     vector_fusion_depth: int = Field(default=20, ge=1, le=10_000)
+
+    @field_validator("marker_min_term_share")
+    @classmethod
+    def _term_share(cls, value: float) -> float:
+        # Written out so NaN is refused too, and the message names the table and key.
+        if not 0.0 < value <= 1.0:
+            raise ValueError("[search] marker_min_term_share must be a share in (0, 1] (the "
+                             "part of a query's terms a withheld document must hold), e.g. "
+                             "0.6")  # fmt: skip
+        return value
 
     def hybrid_depths(self, top_k: int) -> tuple[int, int]:
         """How many candidates a fused ranking of ``top_k`` takes from the keyword leg and

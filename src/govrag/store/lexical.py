@@ -284,36 +284,51 @@ class LexicalIndex:
         self,
         terms: Sequence[str],
         *,
+        min_terms: int,
         corpora: Sequence[str] | None,
         acl_tokens: Sequence[str],
         max_classification: int | None,
         limit: int,
     ) -> list[int]:
-        """Up to ``limit`` chunk ids, lowest first, of chunks that hold every one of
-        ``terms``, are in ``corpora`` at or below ``max_classification``, and that none of
-        ``acl_tokens`` may read: the hidden-item marker's candidates. Whether a chunk is one
-        depends on that chunk alone (no score, no statistics, no cut by rank), so no other
-        document can make it count or not."""
+        """Up to ``limit`` chunk ids, lowest first, of chunks that hold at least ``min_terms``
+        (at least 1) of the distinct ``terms``, are in ``corpora`` at or below
+        ``max_classification``, and that none of ``acl_tokens`` may read: the hidden-item
+        marker's candidates (the rule that picks ``min_terms`` is ``search.py``'s). Whether a
+        chunk is one depends on that chunk and the terms alone (no score, no statistics, no
+        cut by rank), so no other document can make it count or not."""
+        if min_terms < 1:
+            raise StoreError(f"withheld: min_terms must be at least 1, not {min_terms}")
         unique = list(dict.fromkeys(t for t in terms if t))
-        if not unique or not acl_tokens or limit < 1 or (corpora is not None and not corpora):
+        if len(unique) < min_terms or not acl_tokens or limit < 1:
+            return []
+        if corpora is not None and not corpora:
             return []
         q = tantivy.Query
         occur = tantivy.Occur
         with self._stats_lock:
             searcher = self._index.searcher()
-        clauses = [(occur.Must, self._scope(corpora, None, max_classification, None))]
+        held: list[tuple[tantivy.Occur, tantivy.Query]] = []
         for term in unique:
             # Every token of the term, whatever its frequency and length: the term is in the
-            # chunk. (Tokens of deleted chunks may be listed; they match nothing live.)
+            # chunk. A term no chunk holds is simply never matched (tokens of deleted chunks
+            # may be listed; they match nothing live).
             tokens = [t for t, _ in searcher.terms_with_prefix("tf", term + bm25.SEP)]
-            if not tokens:
-                return []
-            clauses.append((occur.Must, q.term_set_query(self.schema, "tf", tokens)))
-        clauses.append((occur.MustNot, q.term_set_query(self.schema, "acl", list(acl_tokens))))
+            if tokens:
+                held.append((occur.Should, q.term_set_query(self.schema, "tf", tokens)))
+        if len(held) < min_terms:
+            return []  # no chunk can hold enough of them
+        # A nested boolean of Should clauses with a minimum: a chunk matches when at least
+        # ``min_terms`` of its clauses do (checked against a brute-force count on tantivy
+        # 0.27, also with several segments and a limit).
+        relevant = q.boolean_query(held, minimum_number_should_match=min_terms)
+        query = q.boolean_query([
+            (occur.Must, self._scope(corpora, None, max_classification, None)),
+            (occur.Must, relevant),
+            (occur.MustNot, q.term_set_query(self.schema, "acl", list(acl_tokens))),
+        ])  # fmt: skip
         hits = searcher.search(
-            q.boolean_query(clauses), limit, count=False, order_by_field="cid",
-            order=tantivy.Order.Asc,
-        ).hits  # fmt: skip
+            query, limit, count=False, order_by_field="cid", order=tantivy.Order.Asc
+        ).hits
         return [int(cid) for cid, _ in hits]
 
     def all_chunks(self) -> dict[int, int]:

@@ -12,16 +12,21 @@ security argument:
    dropped and recorded as an incident (a derived index can lag, the truth store cannot).
 4. The hidden-item marker, which must not become an oracle: it reports only *whether* a
    document the caller *could ask an owner for* (the same tenant, the requested corpora, at
-   or below the caller's clearance) but may not read holds every word of the query, with at
-   most ``marker_max_contacts`` source systems and author emails. Whether a document counts
-   depends on that document alone, never on scores, ranks or other documents, whatever the
-   strategy. A request with caller filters gets no marker: metadata never selects a hidden
-   candidate.
+   or below the caller's clearance) but may not read is relevant to the query, with at most
+   ``marker_max_contacts`` source systems and author emails. Relevant means: of the query's
+   ``n`` distinct analysed terms, the document holds at least
+   ``m = max(2, ceil(marker_min_term_share * n))``; a query of fewer than 2 distinct terms
+   never raises the marker (a one-word probe learns nothing, and natural questions have
+   several content words, so a share of them, not every one, makes them raise it). Whether
+   a document counts depends on that document and the query alone, never on scores, ranks,
+   statistics or other documents, whatever the strategy. A request with caller filters gets
+   no marker: metadata never selects a hidden candidate.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -100,6 +105,16 @@ class VectorLegFn(Protocol):
     ) -> tuple[list[tuple[int, float]], bool]: ...
 
 
+class WithheldFn(Protocol):
+    """Up to ``limit`` chunk ids, lowest first, of chunks in the scope's corpora at or below
+    its ceiling that hold at least ``min_terms`` of the distinct ``terms`` and that its
+    principal tokens do not open (by the derived index; the truth store re-checks)."""
+
+    def __call__(
+        self, scope: AccessScope, terms: Sequence[str], *, min_terms: int, limit: int
+    ) -> list[int]: ...
+
+
 class ResolveAccessFn(Protocol):
     def __call__(
         self, principal: Principal, corpora: Sequence[str], *, every_corpus: bool
@@ -130,10 +145,7 @@ class SearchBackend:
     filtered_doc_ids: Callable[[AccessScope, tuple[MetadataFilter, ...]], list[int]]
     lexical_leg: LegFn
     vector_leg: VectorLegFn
-    #: Up to ``limit`` chunk ids, lowest first, of chunks in the scope's corpora at or below
-    #: its ceiling that hold every one of ``terms`` and that its principal tokens do not open
-    #: (by the derived index; the truth store re-checks).
-    withheld_chunks: Callable[[AccessScope, Sequence[str], int], list[int]]
+    withheld_chunks: WithheldFn
     readable_chunks: Callable[[AccessScope, Sequence[int]], set[int]]
     chunk_info: Callable[[str, Sequence[int]], dict[int, ChunkInfo]]
     record_incident: Callable[[str, str, dict[str, object]], None]
@@ -295,22 +307,40 @@ def _marker_pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=4, thread_name_prefix="govrag-marker")
 
 
+def marker_min_terms(n: int, share: float) -> int | None:
+    """How many of a query's ``n`` distinct analysed terms a withheld document must hold to
+    count for the marker: ``max(2, ceil(share * n))``, or ``None`` (nothing counts) when
+    ``n < 2``. One word is a probe, not a question: the floor of 2 keeps a one-word probe
+    from learning whether a hidden document says that word, and ``m`` grows with ``n``, so
+    padding a probe with junk words raises the bar instead of lowering it."""
+    if n < 2:
+        return None
+    # Shares are written in decimal and 0.7 * 10 is 7.000000000000001 in binary floating
+    # point: without the slack, "70 % of 10 terms" would ask for 8.
+    return max(2, math.ceil(share * n - 1e-9))
+
+
 def _hidden_marker(
     backend: SearchBackend, scope: AccessScope, request: SearchRequest, terms: Sequence[str]
 ) -> HiddenMarker:
     """Whether a relevant document the caller could ask its owner for was removed by access
     rules, and whom to ask (see the module docstring for the rule).
 
-    Relevance is decided for each document on its own: it holds every word of the query. A
-    rule relative to other documents (a score against the best one, a rank cut) would let
-    them move it, and the caller could read counts off the marker: how many hidden copies
-    hold a word, how often a hidden document says it. The first documents by id (not by
-    rank) name the contacts, at most ``marker_max_contacts``, shown sorted.
+    Relevance is decided for each document on its own: it holds at least
+    :func:`marker_min_terms` of the query's distinct terms. A rule relative to other
+    documents (a score against the best one, a rank cut) would let them move it, and the
+    caller could read counts off the marker: how many hidden copies hold a word, how often a
+    hidden document says it. The first documents by id (not by rank) name the contacts, at
+    most ``marker_max_contacts``, shown sorted.
 
     Content-free by construction: only source systems and author emails leave this function.
     """
     settings = backend.search_settings
-    candidates = backend.withheld_chunks(scope, terms, MARKER_CANDIDATES)
+    distinct = list(dict.fromkeys(t for t in terms if t))
+    need = marker_min_terms(len(distinct), settings.marker_min_term_share)
+    if need is None:
+        return HiddenMarker()
+    candidates = backend.withheld_chunks(scope, distinct, min_terms=need, limit=MARKER_CANDIDATES)
     readable = backend.readable_chunks(scope, candidates)  # the truth store decides
     hidden = [cid for cid in candidates if cid not in readable]
     if not hidden:

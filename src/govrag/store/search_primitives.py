@@ -83,13 +83,17 @@ class SearchPrimitives:
         index, _ = self._indexes.lexical_index(scope.tenant)
         return index.search(terms, **leg_args(scope, acl, doc_ids, limit))
 
-    def _withheld_chunks(self, scope: AccessScope, terms: Sequence[str], limit: int) -> list[int]:
-        """The hidden-item marker's candidates: see :meth:`LexicalIndex.withheld`."""
+    def _withheld_chunks(
+        self, scope: AccessScope, terms: Sequence[str], *, min_terms: int, limit: int
+    ) -> list[int]:
+        """The hidden-item marker's candidates: see :meth:`LexicalIndex.withheld` (and
+        ``search.py`` for how many terms ``min_terms`` asks for)."""
         if not scope.tokens:
             return []
         index, _ = self._indexes.lexical_index(scope.tenant)
         args = leg_args(scope, False, None, limit)
-        return index.withheld(terms, corpora=args["corpora"], acl_tokens=sorted(scope.tokens),
+        return index.withheld(terms, min_terms=min_terms, corpora=args["corpora"],
+                              acl_tokens=sorted(scope.tokens),
                               max_classification=args["max_classification"],
                               limit=limit)  # fmt: skip
 
