@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -204,6 +205,7 @@ def test_ingest_names_corpora_no_route_may_search(tmp_path: Path) -> None:
 
 
 def test_a_deployment_without_routes_retrieves_nothing(tmp_path: Path) -> None:
+    (tmp_path / "govrag.toml").write_text("")  # a deployment: the CLI opens no other folder
     (tmp_path / "principals.json").write_text(json.dumps(PRINCIPALS))
     done = govrag("search", "wire", "--as", "ana", "-d", str(tmp_path), cwd=tmp_path)
     assert done.returncode == 2 and "the deployment has no routes" in done.stderr
@@ -252,6 +254,45 @@ def test_missing_deployment_and_bad_config(tmp_path: Path) -> None:
     (tmp_path / "govrag.toml").write_text("[search\n")
     done = govrag("index", "verify", "-d", str(tmp_path), cwd=tmp_path)
     assert done.returncode == 2 and "invalid TOML" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["search", "x", "--as", "a"], ["ingest", str(SAMPLE)], ["config", "check"],
+     ["index", "verify"], ["audit", "verify"], ["sources"], ["serve"]],
+    ids=lambda c: c[0] if c[0] not in ("config", "index", "audit") else " ".join(c),
+)  # fmt: skip
+def test_a_folder_without_govrag_toml_is_no_deployment(tmp_path: Path, command: list[str]) -> None:
+    # A mistyped -d must not quietly create a new, empty store that later commands then read.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    done = govrag(*command, "-d", str(empty), cwd=tmp_path)
+    assert done.returncode == 2, done.stderr  # the exit code of a configuration error
+    assert f"{str(empty)!r} (-d) holds no govrag.toml" in done.stderr
+    assert f"`govrag init {empty}`" in done.stderr and "Traceback" not in done.stderr
+    assert list(empty.iterdir()) == []
+    # The same from GOVRAG_DEPLOYMENT, and from the current directory.
+    done = govrag(*command, cwd=tmp_path, env={"GOVRAG_DEPLOYMENT": str(empty)})
+    assert done.returncode == 2 and f"(GOVRAG_DEPLOYMENT={empty}) holds no" in done.stderr
+    done = govrag(*command, cwd=empty, env={"GOVRAG_DEPLOYMENT": ""})
+    assert done.returncode == 2 and "(the current directory) holds no" in done.stderr
+    assert list(empty.iterdir()) == []
+
+
+def test_init_makes_a_folder_a_deployment(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert govrag("init", str(empty), "--embedder", "hash", cwd=tmp_path).returncode == 0
+    done = govrag("config", "check", "-d", str(empty), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_version(tmp_path: Path, flag: str) -> None:
+    from importlib.metadata import version
+
+    done = govrag(flag, cwd=tmp_path)
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"govrag {version('govrag')}\n", "")
 
 
 def test_init_refuses_to_overwrite(tmp_path: Path) -> None:
@@ -341,12 +382,20 @@ def test_ask_and_replay_bad_input(deployment: Path, args: list[str], message: st
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
 
 
-def test_demo_prints_the_worked_example(tmp_path: Path) -> None:
-    done = govrag("demo", "--dir", str(tmp_path / "demo"), "--embedder", "hash", cwd=tmp_path,
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The demo built once (in a folder whose name needs quoting in a shell), and its stdout."""
+    root = tmp_path_factory.mktemp("demo")
+    done = govrag("demo", "--dir", str(root / "my demo"), "--embedder", "hash", cwd=root,
                   env={"COLUMNS": "200"})  # fmt: skip
     assert done.returncode == 0, done.stderr
+    return root / "my demo", done.stdout
+
+
+def test_demo_prints_the_worked_example(demo_run: tuple[Path, str]) -> None:
+    _, stdout = demo_run
     # Panels wrap lines: compare text with the borders and line breaks folded away.
-    out = " ".join(done.stdout.replace("│", " ").split())
+    out = " ".join(stdout.replace("│", " ").split())
     worked = out.split("Worked example", 1)[1].split("╰", 1)[0]
     assert "ALLOW policy-engine" in worked and "EUR 50,000 per day" in worked
     assert "cites policy-wire-limits-v3" in worked
@@ -354,8 +403,24 @@ def test_demo_prints_the_worked_example(tmp_path: Path) -> None:
     assert "contact marta.ruiz@bank-eu.example" in out  # the hidden-item hint
     assert "pattern 2" in out and "pattern 0" in out and "pattern none" in out
     assert "Verdict before search? yes" in out and "audit chain intact" in out
-    again = govrag("demo", "--dir", str(tmp_path / "demo"), "--embedder", "hash", cwd=tmp_path)
+
+
+def test_demo_suggests_commands_that_paste(demo_run: tuple[Path, str]) -> None:
+    directory, _ = demo_run
+    # A narrow terminal: rich wraps what it prints, but never the suggested commands.
+    again = govrag("demo", "--dir", str(directory), "--embedder", "hash", cwd=directory.parent,
+                   env={"COLUMNS": "40"})  # fmt: skip
     assert again.returncode == 0 and "44 unchanged" in again.stdout  # re-running is idempotent
+    ask, replay = [line for line in again.stdout.split("Try it yourself:", 1)[1].splitlines()
+                   if line.strip()]  # fmt: skip
+    argv = shlex.split(ask)  # one line, quoted for a shell (an apostrophe, a space)
+    question = "What's our wire limit for corporate clients in the EU?"
+    assert argv == ["govrag", "ask", question, "--as", "officer-123", "--route", "investigation",
+                    "-d", str(directory)]  # fmt: skip
+    assert shlex.split(replay) == ["govrag", "replay", "REQUEST_ID", "-d", str(directory)]
+    pasted = govrag(*argv[1:], cwd=directory.parent)  # the suggestion works as printed
+    assert pasted.returncode == 0, pasted.stderr
+    assert "policy-wire-limits-v3" in pasted.stdout
 
 
 def test_click_and_curate(deployment: Path) -> None:

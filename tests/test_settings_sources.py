@@ -118,6 +118,7 @@ def test_a_config_path_that_is_a_directory_is_named(tmp_path: Path) -> None:
 
 
 def test_the_cli_reports_an_undecodable_variable_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "govrag.toml").write_text("")  # a deployment: the CLI opens no other folder
     done = subprocess.run(
         [sys.executable, "-m", "govrag.cli", "config", "check", "-d", str(tmp_path)],
         capture_output=True,

@@ -34,13 +34,27 @@ TENANT = "bank-eu"
 DESCRIPTIONS = {
     "policy-engine": "Bank policies: wire transfer limits and approvals for corporate and "
     "retail clients, AML, KYC, sanctions and payment operations",
-    "hr-policies": "HR handbook: parental leave, holidays, expenses, working time, conduct",
+    # What the corpus holds, from its documents' titles: a question about one of them, asked
+    # by a caller the policy gate refuses this corpus, is told where the answer would be.
+    "hr-policies": "HR handbook: parental leave; annual leave and public holidays; travel "
+    "and expenses; code of conduct: gifts, entertainment and conflicts of interest; personal "
+    "account dealing; hybrid working; staff misconduct investigations",
     "product-faq": "Customer-facing product FAQs: accounts, cards, online banking, SEPA "
     "cut-off times and fees",
     "clause-index": "Clauses of supplier master services agreements (MSA)",
     "legal-playbook": "The bank's negotiation positions for MSA clauses",
     "credit-memos": "Credit committee memos (not harvested yet: the credit workflow's "
     "connector is pending)",
+}
+#: The clearance a caller needs to search each corpus at all (the PDP's classification rule):
+#: the legal corpora hold only confidential clauses and positions, so an under-cleared caller
+#: is refused by the policy gate, not handed an empty search (or a memo made from nothing).
+CLASSIFICATIONS = {
+    "policy-engine": "internal",
+    "hr-policies": "internal",
+    "clause-index": "confidential",
+    "legal-playbook": "confidential",
+    "credit-memos": "confidential",
 }
 FILES = ("principals.json", "routes", "manifests", "workflows", "evals", "prompts", "schemas")
 _BUNDLED = resources.files("govrag") / "data" / "bank-eu"
@@ -66,6 +80,8 @@ def _toml(embedder: str) -> str:
     ]
     for corpus, about in DESCRIPTIONS.items():
         lines += ["", f"[corpora.{corpus}]", f"description = {json.dumps(about)}"]
+        if corpus in CLASSIFICATIONS:
+            lines.append(f'classification = "{CLASSIFICATIONS[corpus]}"')
     return "\n".join(lines) + "\n"
 
 

@@ -55,6 +55,7 @@ from govrag.settings import (
 from govrag.store import KnowledgeStore, location_problems, open_store
 from govrag.types import Classification, Principal
 from govrag.validation import Validator
+from govrag.validation.answerability import Relevance, relevance_for
 from govrag.writeback import ControlledWriteBackStore
 
 if TYPE_CHECKING:
@@ -130,6 +131,12 @@ class Deployment:
         store = open_store(self.settings, self.embedder)
         # Every committed audit event may be due for a signed checkpoint (after its commit).
         store.observe_audit(self.checkpointer.observe)
+        return store
+
+    @property
+    def opened_store(self) -> KnowledgeStore | None:
+        """The store if this deployment has opened it, else ``None`` (nothing is opened)."""
+        store: KnowledgeStore | None = self.__dict__.get("store")  # the cached_property's
         return store
 
     def catalog(self, tenant: str) -> list[tuple[str, str]]:
@@ -281,11 +288,19 @@ class Deployment:
         )
 
     @cached_property
+    def relevance(self) -> Relevance:
+        """How evidence sentences are scored against a question (answerability, and the
+        extractive responder's choice of sentence): the embedder when semantic."""
+        return relevance_for(self.embedder)
+
+    @cached_property
     def governed(self) -> GovernedSearch:
         """Governed retrieves: sessions on this deployment's routes, every corpus PEP-gated."""
-        return GovernedSearch(
-            self.sessions, self.pep, Validator(self.settings.validation, audit=self.store)
-        )
+        # The route table first: a bad route file is named before any store is opened.
+        sessions, pep = self.sessions, self.pep
+        validator = Validator(self.settings.validation, audit=self.store,
+                              relevance=self.relevance)  # fmt: skip
+        return GovernedSearch(sessions, pep, validator)
 
     @cached_property
     def tools(self) -> CallerTools:
@@ -317,7 +332,7 @@ class Deployment:
     @cached_property
     def llm(self) -> LlmClient:
         """The model behind ``govrag ask``: the offline extractive responder by default."""
-        return _model(self.settings.llm)
+        return _model(self.settings.llm, self.relevance)
 
     @cached_property
     def _profiles(self) -> dict[str, Profiled]:
@@ -332,7 +347,9 @@ class Deployment:
         with self._lock:  # requests of a served deployment run on several threads
             chosen = self._profiles.get(profile)
             if chosen is None:
-                chosen = self._profiles[profile] = Profiled(_model(cfg), profile, cfg.max_tokens)
+                chosen = self._profiles[profile] = Profiled(
+                    _model(cfg, self.relevance), profile, cfg.max_tokens
+                )
             return chosen
 
     @cached_property
@@ -392,10 +409,11 @@ class Deployment:
             self.store.close()
 
 
-def _model(cfg: LlmSettings) -> LlmClient:
-    """The client of one model's settings (``[llm]`` or a profile merged into it)."""
+def _model(cfg: LlmSettings, relevance: Relevance) -> LlmClient:
+    """The client of one model's settings (``[llm]`` or a profile merged into it); the
+    extractive stand-in ranks sentences by the deployment's ``relevance``."""
     if cfg.provider == "extractive":
-        return ExtractiveResponder()
+        return ExtractiveResponder(relevance)
     from govrag.agent.openai_chat import OpenAIChatClient  # extra 'http'
 
     return OpenAIChatClient.from_settings(cfg)
@@ -453,10 +471,17 @@ def settings_problems(settings: Settings, config: DeploymentConfig) -> list[Prob
 
 def auth_problems(dep: Deployment) -> list[Problem]:
     """What stops ``[auth]`` from verifying tokens (checked by ``govrag config check`` only:
-    a command that serves nobody must not fail on a key it never uses)."""
+    a command that serves nobody must not fail on a key it never uses). With no ``[auth]``
+    at all, a warning: nothing is wrong until the deployment is served, and then ``govrag
+    serve`` refuses to start, which the operator should learn before deploying it."""
     auth = dep.settings.auth
     if not (auth.keys or auth.jwks_file or auth.dev_tokens):
-        return []
+        return [Problem(CONFIG_FILE, "auth", "no [auth] keys, jwks_file or dev_tokens: no "
+                        "bearer token can be verified, so `govrag serve` and `govrag mcp "
+                        "--transport http` refuse to start (the CLI, `govrag mcp --as` and "
+                        "the Python API work as they are); to serve this deployment, "
+                        "configure [auth] (docs/auth.md), or set [auth] dev_tokens = true "
+                        "for local development", warning=True)]  # fmt: skip
     try:
         verifier = dep.tokens
     except (ConfigError, MissingExtraError) as exc:

@@ -3,12 +3,17 @@
 ``scaffold`` writes the files a deployment needs (settings, one principal, one tool route
 over the corpora named, seed 003's three tools and the audit signing key) and nothing at all
 when an argument could not make a working deployment: a half-written directory would fail
-later, far from the mistake.
+later, far from the mistake. Beside them it puts ``sample.jsonl``, the bundled sample's
+documents of those corpora with the identities and groups that read them, so the first
+``govrag ingest`` / ``search`` / ``ask`` has something true to find before the operator's own
+data is wired in; it is a separate file the operator ingests or deletes, never loaded behind
+their back.
 """
 
 from __future__ import annotations
 
 import json
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +82,28 @@ RETRIEVAL_MANIFEST: dict[str, Any] = {
 }
 
 
+#: The sample ``scaffold`` writes into the deployment (README Quickstart ingests it).
+SAMPLE_FILE = "sample.jsonl"
+
+
+def sample_records(corpora: tuple[str, ...]) -> str:
+    """The bundled sample (``govrag/data/sample.jsonl``) cut to ``corpora``: every identity
+    and group record, and the documents of those corpora; empty when no document is in them.
+    Documents of other corpora are left out because no route of the new deployment could
+    search them (ingest would warn about each)."""
+    bundled = resources.files("govrag") / "data" / SAMPLE_FILE
+    kept: list[str] = []
+    documents = 0
+    for line in bundled.read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        if record["type"] == "document":
+            if record["corpus"] not in corpora:
+                continue
+            documents += 1
+        kept.append(line)
+    return "\n".join(kept) + "\n" if documents else ""
+
+
 def _check_scaffold(*, embedder: str, tenant: str, corpora: tuple[str, ...]) -> None:
     """The arguments of :func:`scaffold`, checked as the files written from them would be."""
     from govrag.embed import available_embedders
@@ -109,16 +136,19 @@ def scaffold(
     force: bool = False,
 ) -> list[Path]:
     """Write a starter deployment: ``govrag.toml``, ``principals.json``, one tool route over
-    ``corpora`` (``routes/search.json``), its manifest and the audit signing key. Never
-    overwrites without force, and never replaces an existing signing key; writes nothing at
-    all when an argument could not make a working deployment."""
+    ``corpora`` (``routes/search.json``), its manifest, the audit signing key and, when the
+    bundled sample has documents in ``corpora``, :data:`SAMPLE_FILE`. Never overwrites without
+    force, and never replaces an existing signing key; writes nothing at all when an argument
+    could not make a working deployment."""
     _check_scaffold(embedder=embedder, tenant=tenant, corpora=corpora)
     directory.mkdir(parents=True, exist_ok=True)
     config = directory / CONFIG_FILE
     principals = directory / PRINCIPALS_FILE
     route = directory / "routes" / "search.json"
     manifest = directory / "manifests" / "retrieval.json"
-    for path in (config, principals, route, manifest):
+    sample_text = sample_records(corpora)
+    sample = directory / SAMPLE_FILE
+    for path in (config, principals, route, manifest, *([sample] if sample_text else [])):
         if path.exists() and not force:
             raise ConfigError(f"{path} already exists; pass --force to overwrite it")
     route.parent.mkdir(exist_ok=True)
@@ -208,6 +238,9 @@ checkpoint_every_seconds = 30.0   # ... or at its first event this long after th
         encoding="utf-8",
     )
     written = [config, principals, route, manifest]
+    if sample_text:
+        sample.write_text(sample_text, encoding="utf-8")
+        written.append(sample)
     key = directory / AuditSettings().signing_key
     if not key.exists():
         generate_key(key)

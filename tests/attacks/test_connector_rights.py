@@ -101,19 +101,24 @@ def test_front_matter_cannot_widen_the_acl(store: KnowledgeStore, tree: Path) ->
     assert readers(store, "risk/everyone.md") == {"ana", "ben"}
     memo, everyone = tree / "risk/memo.md", tree / "risk/everyone.md"
     assert report.warnings == [
-        f"{everyone}: front matter 'acl' entries ['S-3', '*'] are not in the ACL its "
-        "_access.json grants (['G-risk', 'S-1']): front matter can only narrow that ACL, so "
-        "they grant nothing beyond it; grant them in _access.json",
-        f"{memo}: front matter 'acl' entries ['*'] are not in the ACL its _access.json grants "
-        "(['G-risk', 'S-1']): front matter can only narrow that ACL, so they grant nothing "
-        "beyond it; grant them in _access.json",
+        f"{everyone}: front matter 'acl' ['G-risk', 'S-3', '*'] can only narrow the ACL its "
+        "_access.json grants (['G-risk', 'S-1']), and ['S-3'] is not in that ACL (an account in "
+        "a group it names does not count: memberships change after ingest); '*' stands for "
+        "that ACL, never for more, so the file was stored readable by ['G-risk', 'S-1'] only; "
+        "to let ['S-3'] read it, grant it in _access.json (for this file alone: \"files\": "
+        '{"everyone.md": {"acl": [...]}}), or name in front matter only entries of that ACL',
+        f"{memo}: front matter 'acl' ['*'] can only narrow the ACL its _access.json grants "
+        "(['G-risk', 'S-1']), and '*' stands for that ACL, never for more, so the file was "
+        "stored readable by ['G-risk', 'S-1'] only; to publish the file, grant '*' in "
+        "_access.json",
     ]
     # Narrowing works: only ana. An id granted only through a group is dropped too (S-2 is
     # in G-risk, but the folder does not name S-2 itself): never more than the folder gave.
     put(tree, "risk/memo.md", "---\nacl: [S-1, S-2]\n---\nquarterly counterparty limits")
     narrowed = run(store, tree)
     assert readers(store, "risk/memo.md") == {"ana"}
-    assert "entries ['S-2'] are not in the ACL" in narrowed.warnings[0]
+    assert "['S-2'] is not in that ACL" in narrowed.warnings[0]
+    assert "stored readable by ['S-1'] only" in narrowed.warnings[0]
 
 
 def test_an_upgrade_narrows_what_front_matter_widened_before(

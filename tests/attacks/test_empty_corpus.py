@@ -71,9 +71,12 @@ def test_searching_an_allowed_empty_corpus_gives_an_empty_pack(dep: Deployment) 
 def test_asking_over_an_empty_corpus_is_an_ungrounded_answer(dep: Deployment) -> None:
     """A route whose corpora hold nothing the caller could read or ask for is an empty
     knowledge store to that caller (seed 004): no search tool, no search, the model's answer
-    marked ungrounded. Not an error, and nothing about other corpora."""
+    marked ungrounded. The policy gate still decides each corpus of the route (a caller it
+    refuses every one is refused, not answered from nothing); here it allows, and no search
+    follows. Not an error, and nothing about other corpora."""
     answer = dep.orchestrator.ask(ANA, "What are the wire transfer limits?", route_id="prefetch")
-    assert not answer.grounded and answer.decisions == () and answer.packs == ()
+    assert not answer.grounded and answer.packs == ()
+    assert answer.decisions and all(d.verdict == "ALLOW" for d in answer.decisions)
     assert "m-and-a-deals" not in json.dumps(answer.as_dict(), default=str)
     kinds = [e.kind for e in dep.store.audit_events("t1", request_id=answer.request_id)]
     assert "error" not in kinds and kinds[-1] == "response"

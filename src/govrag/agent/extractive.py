@@ -9,17 +9,19 @@ results), never from the caller's text. It never invents a fact:
 - asked to formulate a query (the system prompt of a ``query_formulation`` stage), it returns
   the question's content words;
 - offered retrieve tools and holding no evidence yet, it proposes calls: ``list_corpora``
-  first when offered, then one retrieve per corpus whose id or description shares a word with
-  the question (every listed corpus when none does; a tool bound to a corpus takes only a
-  query);
-- otherwise it answers extractively: the sentences of the evidence (context chunks in the
-  prompt, pack observations in tool messages) that share the most words with the question
-  (at least two when the question has three or more: one shared word, "days" in a question
-  about parental leave, is no answer), each followed by its chunk id in brackets, or says the
+  first when offered, then one retrieve per listed corpus (a tool bound to a corpus takes
+  only a query);
+- otherwise it answers extractively: the sentence of the evidence (context chunks in the
+  prompt, pack observations in tool messages) that answers the question best, by the
+  deployment's relevance (its semantic embedder, else terms) and the question's kind (a
+  count, a quantity, a date, a name: the rule validation applies), and the next of the same
+  document when nearly as good, each followed by its chunk id in brackets, or says the
   evidence does not answer;
-- shown an output schema (:data:`~govrag.agent.prompts.OUTPUT_SCHEMA_MARK`), it fills it: each
-  free-text field with the best sentence not used yet for the question and the field's name
-  and description (cited), each listed choice with the first value the schema lists, each
+- shown an output schema (:data:`~govrag.agent.prompts.OUTPUT_SCHEMA_MARK`), it fills it from
+  the chunks about as relevant to the question as the best one (a review of the Acme contract
+  quotes Acme's clauses, not Orbis's): each free-text field with the best sentence not used
+  yet for the question and the field's name and description (cited), each listed choice with
+  a value the quoted sentences state (else it is left out where the shape allows), each
   array with its fewest items (at least one).
 
 The default in tests and ``make demo``; configure ``[llm] provider = "openai"`` for a model.
@@ -39,6 +41,13 @@ from govrag.agent.prompts import (
     OUTPUT_SCHEMA_MARK,
     QUERY_FORMULATION_MARK,
     caller_parts,
+)
+from govrag.validation.answerability import (
+    Relevance,
+    TermRelevance,
+    has_kind,
+    question_kind,
+    sentences,
 )
 
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9\-]*")
@@ -68,6 +77,11 @@ class ExtractiveResponder:
 
     name = "extractive"
 
+    def __init__(self, relevance: Relevance | None = None) -> None:
+        #: How answer sentences are ranked: the deployment's (its semantic embedder, when it
+        #: has one, :func:`~govrag.validation.answerability.relevance_for`), else terms.
+        self.relevance: Relevance = relevance if relevance is not None else TermRelevance()
+
     def complete(
         self,
         messages: Sequence[Message],
@@ -89,7 +103,8 @@ class ExtractiveResponder:
             return LlmReply(tool_calls=tuple(calls), model=self.name)
         schema = _output_schema(system)
         if schema is not None:
-            filler = _Filler(terms(question), list(_evidence(messages)), text)
+            sources = _on_topic(question, list(_evidence(messages)), self.relevance)
+            filler = _Filler(terms(question), sources, text)
             shaped = filler.value(schema, frozenset())
             return LlmReply(text=json.dumps(shaped, ensure_ascii=False), model=self.name)
         return LlmReply(text=self._answer(messages, question, text), model=self.name)
@@ -108,9 +123,10 @@ class ExtractiveResponder:
         if "list_corpora" in names and "list_corpora" not in called:
             return [ToolCall.parse("call-1", "list_corpora", "{}")]
         listed = _listed_corpora(messages)
-        wanted = terms(question)
-        chosen = [c for c, about in listed if wanted & terms(f"{c.replace('-', ' ')} {about}")]
-        chosen = chosen or [c for c, _ in listed]
+        # Every corpus it may search: a description is too short to tell which one answers
+        # (the overdraft FAQ is in "product FAQs: accounts, cards, ..."), and validation
+        # judges what each search found.
+        chosen = [c for c, _ in listed]
         out: list[ToolCall] = []
         for tool in retrieve:
             if "corpus" in _properties(tool):
@@ -128,7 +144,7 @@ class ExtractiveResponder:
     # -- answering ---------------------------------------------------------------------------
     def _answer(self, messages: Sequence[Message], question: str, text: str) -> str:
         wanted = terms(question)
-        picked = _best_sentences(wanted, _evidence(messages), least=2 if len(wanted) >= 3 else 1)
+        picked = _answering(question, list(_evidence(messages)), self.relevance)
         if picked:
             return " ".join(f"{sentence} [{chunk_id}]" for sentence, chunk_id in picked)
         # No evidence: work on the caller's own text, if any (a no-retrieval route).
@@ -136,6 +152,63 @@ class ExtractiveResponder:
             quoted = _best_sentences(wanted, [("", text)]) or _best_sentences(None, [("", text)])
             return " ".join(sentence for sentence, _ in quoted)
         return NO_ANSWER
+
+
+def _answering(
+    question: str, sources: list[tuple[str, str]], relevance: Relevance
+) -> list[tuple[str, str]]:
+    """The sentence that answers ``question`` best, and the next best of the same document
+    when it is nearly as good: as ``(sentence, chunk id)``. A sentence must hold what the
+    question asks for (a count, a quantity, a date, a name: the same rule validation applies)
+    and is ranked by ``relevance`` (read under its chunk's first line), a fifth of it the
+    question's terms it holds, rare terms weighing most; a question in the evidence (an FAQ's
+    heading) answers nothing."""
+    kind = question_kind(question)
+    chunks = [(cid, sentences(text)) for cid, text in sources]
+    chunks = [(cid, ss) for cid, ss in chunks if ss]
+    read = [[s if i == 0 else f"{ss[0]} {s}" for i, s in enumerate(ss)] for _, ss in chunks]
+    by_terms = TermRelevance().scores(question, read)
+    by_model = (by_terms if isinstance(relevance, TermRelevance)
+                else relevance.scores(question, [ss for _, ss in chunks]))  # fmt: skip
+    scores = [[0.8 * m + 0.2 * t for m, t in zip(mr, tr, strict=True)]
+              for mr, tr in zip(by_model, by_terms, strict=True)]  # fmt: skip
+    ranked: list[tuple[float, int, int]] = []
+    for c, ((_, ss), row) in enumerate(zip(chunks, scores, strict=True)):
+        for i, (sentence, score) in enumerate(zip(ss, row, strict=True)):
+            if score > 0 and not sentence.endswith("?") and has_kind(kind, sentence):
+                ranked.append((score, c, i))
+    if not ranked:
+        return []
+    ranked.sort(key=lambda r: (-r[0], r[1], r[2]))
+    best, c, i = ranked[0]
+    doc = _document(chunks[c][0])
+    picked = [(c, i)]
+    for score, c2, i2 in ranked[1:]:
+        if len(picked) == MAX_SENTENCES:
+            break
+        if score >= 0.8 * best and _document(chunks[c2][0]) == doc:
+            picked.append((c2, i2))
+    picked.sort()  # in the order the document says them
+    return [(_ended(chunks[c][1][i]), chunks[c][0]) for c, i in picked]
+
+
+def _on_topic(
+    question: str, sources: list[tuple[str, str]], relevance: Relevance
+) -> list[tuple[str, str]]:
+    """The chunks of ``sources`` nearly as relevant to ``question`` as the best one (at least
+    nine tenths of its score): a review of the Acme contract quotes Acme's clauses, not the
+    Orbis contract's that share its words."""
+    if len(sources) < 2:
+        return sources
+    scored = [row[0] if row else 0.0
+              for row in relevance.scores(question, [[t] for _, t in sources])]  # fmt: skip
+    best = max(scored)
+    return [src for src, score in zip(sources, scored, strict=True) if score >= 0.9 * best]
+
+
+def _document(chunk_id: str) -> str:
+    """The document part of a chunk id (``source:doc#n``)."""
+    return chunk_id.rsplit("#", 1)[0]
 
 
 def _best_sentences(
@@ -189,18 +262,30 @@ class _Filler:
         if "const" in schema:
             return schema["const"]
         if isinstance(schema.get("enum"), list) and schema["enum"]:
-            return schema["enum"][0]
+            return self.choice(schema["enum"])
         kind = schema.get("type")
         if kind == "object":
             props = schema.get("properties") or {}
-            return {name: self.value(sub, hint | _about(name, sub))
-                    for name, sub in props.items()}  # fmt: skip
+            required = set(schema.get("required") or ())
+            out = {name: self.value(sub, hint | _about(name, sub))
+                   for name, sub in props.items()}  # fmt: skip
+            # A choice the evidence does not make is left unset where the shape allows it.
+            return {k: v for k, v in out.items() if v is not None or k in required}
         if kind == "array":
             count = max(int(schema.get("minItems", 1)), 1)
             return [self.value(schema.get("items"), hint) for _ in range(count)]
         if kind == "string":
             return self.prose(hint, schema.get("maxLength"))
         return False if kind == "boolean" else None
+
+    def choice(self, values: list[Any]) -> Any:
+        """The first listed value the sentences quoted so far state (a whole word, case
+        aside), else ``None``: a closed choice is filled from evidence or not at all."""
+        quoted = " ".join(self.sentences[i][0] for i in sorted(self.used)).lower()
+        for value in values:
+            if isinstance(value, str) and re.search(rf"\b{re.escape(value.lower())}\b", quoted):
+                return value
+        return None
 
     def prose(self, hint: frozenset[str], longest: Any) -> str:
         """The best sentence not used yet (else the best) for the question and ``hint``,

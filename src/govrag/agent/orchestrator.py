@@ -161,6 +161,7 @@ class Orchestrator:
             model_profile=chosen.profile,
             prompt=self.config.prompts.get(route.prompt_id) if route.prompt_id else None,
             output_schema=self.config.schemas.get(route.output_schema_id or ""),
+            catalog=self.catalog,
         )
         mode = session.retrieval.mode
         workflow = self.config.workflows.get(route.workflow_id) if route.workflow_id else None
@@ -186,7 +187,15 @@ class Orchestrator:
         where["stage"] = f"pattern {pattern}"
         detail: str | None = None
         try:
-            if not grounded:
+            if not grounded and mode != "none" and self._refused_everywhere(run):
+                # Nothing in scope this caller could read, and the policy gate refuses it
+                # every corpus there: a refusal, not an answer (or a memo) made from nothing.
+                reply, reason = "", denied_or(run, "denied")
+            elif not grounded and run.output_schema is not None and mode != "none":
+                # A shape promised from the organisation's documents is never filled from
+                # general knowledge.
+                reply, reason = "", "no_evidence"
+            elif not grounded:
                 reply, reason = self._ungrounded(run, text, mode == "none"), None
             elif workflow is not None:
                 reply, reason = run_workflow(self.steps, run, workflow, text)
@@ -206,6 +215,21 @@ class Orchestrator:
         return replace(answer, llm_detail=detail) if detail else answer
 
     # -- patterns ----------------------------------------------------------------------------
+    def _refused_everywhere(self, run: Run) -> bool:
+        """Decide every corpus of the route's scope through the policy gate (each decision
+        committed; no search follows, whatever the verdict: the store holds nothing the
+        caller could read there); whether every one was refused."""
+        action, tier = self.governed.retrieve_action(run.route)
+        verdicts = []
+        for corpus in run.session.retrieval.scope:
+            proposal = Proposal(tool=PREFETCH, action=action, corpus=corpus,
+                                query=run.question, risk_tier=tier)  # fmt: skip
+            decision, _ = self.governed.run_tool(run.principal, run.session, proposal,
+                                                 lambda: None, run.request_id)  # fmt: skip
+            run.decisions.append(decision)
+            verdicts.append(decision.verdict)
+        return bool(verdicts) and all(v != "ALLOW" for v in verdicts)
+
     def _ungrounded(self, run: Run, text: str | None, no_retrieval: bool) -> str:
         system = run.system(prompts.NO_RETRIEVAL if no_retrieval else prompts.UNGROUNDED)
         messages: list[Message] = [

@@ -35,6 +35,7 @@ from govrag.routes.prompts import RoutePrompt
 from govrag.routes.session import Session
 from govrag.types import ContextPack, PackChunk, Principal, SearchRequest, Strategy
 from govrag.validation import AuditSink, ValidationReport
+from govrag.validation.answerability import topic_score
 from govrag.validation.structured import OutputSchema
 
 #: The tool name of Pattern 0's app-made retrieves.
@@ -118,6 +119,9 @@ class Run:
     prompt: RoutePrompt | None = None
     #: The shape the answer must have (``schemas/<output_schema_id>.json``; ``None``: text).
     output_schema: OutputSchema | None = None
+    #: Each corpus's description (what ``list_corpora`` shows): a refused corpus the question
+    #: is about is named in a ``denied`` outcome (:func:`denied_or`).
+    catalog: Callable[[str], list[tuple[str, str]]] | None = None
 
     def system(self, rules: str) -> str:
         """An answering call's system message: the route's prompt, if any, then govrag's
@@ -310,15 +314,49 @@ class Run:
 
 
 def denied_or(run: Run, fallback: str, *, by_model: bool = False) -> str:
-    """Why a request found no evidence: ``denied`` when every retrieve was refused by policy;
-    ``model_out_of_scope`` when the model (``by_model``) proposed only corpora outside the
-    pinned route, which says nothing of the caller's rights; else ``fallback``."""
+    """Why a request found no evidence: ``denied`` when every retrieve was refused by policy,
+    or when the policy gate refused a corpus of the route's scope that the question is about
+    (:func:`refused_about`: the answer may be there, and nothing the caller may read answers
+    it); ``model_out_of_scope`` when the model (``by_model``) proposed only corpora outside
+    the pinned route, which says nothing of the caller's rights; else ``fallback``."""
     retrieves = [d for d in run.decisions if d.kind == "retrieve"]
     if retrieves and all(d.verdict != "ALLOW" for d in retrieves):
         if by_model and all(d.reason == "out_of_scope" for d in retrieves):
             return "model_out_of_scope"
+        run.trace["refused_corpora"] = refused(run)
+        return "denied"
+    about = refused_about(run)
+    if about:
+        run.trace["refused_corpora"] = about
         return "denied"
     return fallback
+
+
+def refused(run: Run) -> list[str]:
+    """The corpora of the route's scope the policy gate refused on this request (a retrieve
+    or a listing), in scope order."""
+    scope = run.session.retrieval.scope
+    denied = {d.corpus for d in run.decisions
+              if d.kind in ("retrieve", "list") and d.verdict != "ALLOW"
+              and d.reason != "out_of_scope"}  # fmt: skip
+    return [c for c in scope if c in denied]
+
+
+def refused_about(run: Run) -> list[str]:
+    """The refused corpora (:func:`refused`) the question is about, by their id and
+    description (``[validation] refused_corpus_relevance``); configuration only, never the
+    corpus's documents."""
+    corpora = refused(run)
+    if not corpora:
+        return []
+    validator = run.governed.validator
+    least = validator.settings.refused_corpus_relevance
+    described = dict(run.catalog(run.principal.tenant)) if run.catalog is not None else {}
+    return [
+        c
+        for c in corpora
+        if topic_score(run.question, c, described.get(c, ""), validator.relevance) >= least
+    ]
 
 
 #: Runs a non-retrieve tool of a workflow stage or a proposal: arguments -> result text.

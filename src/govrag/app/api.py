@@ -28,6 +28,7 @@ from govrag.app.ingest import (
     run_ingest,
 )
 from govrag.app.records import ConfigCheck, Memory, Readiness, SessionInfo
+from govrag.app.scope_check import unknown_scope_problems
 from govrag.deployment import (
     Deployment,
     audit_problems,
@@ -38,7 +39,7 @@ from govrag.deployment import (
 )
 from govrag.errors import AuthError, ConfigError, InputError, NotFoundError, require_text
 from govrag.eval.governance import SuiteReport
-from govrag.eval.suite import suite_problems
+from govrag.eval.suite import Split, suite_problems
 from govrag.harvest.sources import SourceStatus, list_sources
 from govrag.settings import Settings
 from govrag.types import MetadataFilter, Principal, Strategy, VerifiedToken
@@ -453,6 +454,8 @@ class Govrag:
         """Validate routes/, manifests/, workflows/ and policies/ against govrag.toml, and
         that every eval suite of evals/ loads."""
         config, problems = check_deployment(self.settings)
+        if config is not None:  # scopes are only worth checking in a route table that loads
+            problems += unknown_scope_problems(self._dep, config)
         suites = suite_problems(self.settings.deployment)
         anchor = audit_problems(self._dep)
         return ConfigCheck(problems + auth_problems(self._dep) + anchor + suites, config)
@@ -479,17 +482,19 @@ class Govrag:
         suite: str | None = None,
         *,
         route: str | None = None,
+        split: Split | None = None,
         progress: Callable[[str], None] | None = None,
     ) -> SuiteReport:
         """Run the deployment's governance eval suite ``evals/<suite>.jsonl`` (only
-        ``route``'s cases, if given; without ``suite``, the one ``route``'s ``eval_suite_id``
-        binds) through the full governed path, each case asked as its principal. The report
-        says per route and overall what was found, leaked, refused and supported, and which
-        of the suite's thresholds were missed (extra ``eval``)."""
+        ``route``'s cases and ``split``'s (``dev`` or ``test``), if given; without ``suite``,
+        the one ``route``'s ``eval_suite_id`` binds) through the full governed path, each case
+        asked as its principal. The report says per route and overall what was found,
+        leaked, refused and supported, and which of the suite's thresholds were missed
+        (extra ``eval``)."""
         require_text(suite=suite, route=route)
         from govrag.app.evaluate import evaluate_suite
 
-        return evaluate_suite(self._dep, suite, route=route, progress=progress)
+        return evaluate_suite(self._dep, suite, route=route, split=split, progress=progress)
 
     # -- lifetime ---------------------------------------------------------------------------
 

@@ -51,9 +51,11 @@ def init(
     force: bool = False,
 ) -> list[Path]:
     """Write a starter deployment into ``directory`` (``govrag init``): settings, one
-    principal entitled to ``corpora``, a tool route over them, seed 003's three tools and the
-    audit signing key. Returns the files written; writes nothing when an argument could not
-    make a working deployment, and never overwrites without ``force``."""
+    principal entitled to ``corpora``, a tool route over them, seed 003's three tools, the
+    audit signing key and ``sample.jsonl`` (the bundled sample's documents of ``corpora``, when
+    it has any: for the operator to ingest or delete). Returns the files written; writes
+    nothing when an argument could not make a working deployment, and never overwrites without
+    ``force``."""
     from govrag.scaffold import scaffold
 
     return scaffold(Path(directory), embedder=embedder, tenant=tenant, corpora=tuple(corpora),

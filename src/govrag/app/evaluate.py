@@ -26,16 +26,18 @@ from govrag.agent.answer import Answer
 from govrag.deployment import Deployment
 from govrag.errors import GovragError, InputError, NotFoundError
 from govrag.eval.governance import CaseObservation, SuiteReport, score
-from govrag.eval.suite import EvalCase, Suite, load_suite, plain, suite_path
+from govrag.eval.suite import EvalCase, Split, Suite, load_suite, plain, suite_path
 from govrag.types import ChunkOrigin, Principal
 
 Progress = Callable[[str], None]
 
 
 def evaluate_suite(dep: Deployment, suite_id: str | None, *, route: str | None = None,
-                   progress: Progress | None = None) -> SuiteReport:  # fmt: skip
-    """Run suite ``suite_id`` of the deployment (only ``route``'s cases, if given); without
-    ``suite_id``, the suite ``route`` binds (its ``eval_suite_id``)."""
+                   split: Split | None = None, progress: Progress | None = None
+                   ) -> SuiteReport:  # fmt: skip
+    """Run suite ``suite_id`` of the deployment (only ``route``'s cases, and only the cases
+    of ``split``, if given); without ``suite_id``, the suite ``route`` binds (its
+    ``eval_suite_id``)."""
     if suite_id is None:
         suite_id = _bound(dep, route)
     root = dep.settings.deployment
@@ -44,6 +46,13 @@ def evaluate_suite(dep: Deployment, suite_id: str | None, *, route: str | None =
     if not cases:
         raise InputError(f"suite {suite_id!r} has no case on route {route!r}; its routes: "
                          f"{sorted({c.route for c in suite.cases})}")  # fmt: skip
+    if split is not None:
+        cases = [c for c in cases if c.split == split]
+        if not cases:
+            raise InputError(f"suite {suite_id!r} has no case in split {split!r}"
+                             + (f" on route {route!r}" if route else "")
+                             + "; mark cases with \"split\": \"dev\" or \"test\", or drop "
+                             "--split")  # fmt: skip
     principals = _checked(dep, suite, cases)
     if route is not None:
         # One route's cases meet that route's thresholds (and, always, 0 violations and 0
@@ -137,7 +146,9 @@ def observe(dep: Deployment, case: EvalCase, principal: Principal) -> CaseObserv
         leaks=tuple(c for c in case.canaries if plain(c) in shown),
         hint=answer.hidden.present,
         grounded=answer.grounded,
-        searched=any(d.kind == "retrieve" for d in answer.decisions),
+        # A search is a pack the gateway made: a retrieve the policy gate decided on a store
+        # that holds nothing the caller could read makes none.
+        searched=bool(answer.packs),
         latency_ms=round(latency_ms, 2),
     )
 

@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 from rich.console import Console
@@ -17,6 +18,7 @@ from govrag.types import Strategy
 
 if TYPE_CHECKING:
     from govrag.app import ConfigCheck
+    from govrag.eval.suite import Split
     from govrag.store.records import IndexReport
 
 
@@ -53,9 +55,11 @@ def init(
     ] = None,
     force: Annotated[bool, typer.Option(help="Overwrite existing files.")] = False,
 ) -> None:
-    """Scaffold a deployment: govrag.toml, principals.json, a search route and its manifest."""
+    """Scaffold a deployment: govrag.toml, principals.json, a search route and its manifest,
+    and sample.jsonl (sample data for the corpora named) to try it with."""
     from govrag.app import init as init_deployment
     from govrag.embed import semantic_available
+    from govrag.scaffold import SAMPLE_FILE
 
     chosen = embedder or ("minilm" if semantic_available() else "hash")
     corpora = tuple(corpus or ())
@@ -65,13 +69,20 @@ def init(
         )
     )
     for path in written:
-        err.print(f"wrote {path}")
+        err.print(f"wrote {path}", markup=False)
     if not corpora:
         err.print(
             "note: the route 'search' has an empty scope, so every retrieve is denied; list "
             f"corpora in {directory / 'routes' / 'search.json'} (or re-run with --corpus ID)"
         )
-    err.print(f"embedder: {chosen}. Next: govrag ingest FILE.jsonl --deployment {directory}")
+    sample = directory / SAMPLE_FILE
+    source = shlex.quote(str(sample)) if sample in written else "FILE.jsonl"
+    if sample in written:
+        err.print(f"{sample} is sample data (identities, groups and documents of "
+                  f"{', '.join(corpora)}), not yours: ingest it to try the deployment as "
+                  "'ana', delete it when you ingest your own", markup=False)  # fmt: skip
+    err.print(f"embedder: {chosen}. Next: govrag ingest {source} --deployment "
+              f"{shlex.quote(str(directory))}", markup=False)  # fmt: skip
 
 
 def eval_(
@@ -96,7 +107,13 @@ def eval_(
         Path | None, typer.Option(help="--suite: also write the report as Markdown here.")
     ] = None,
     strategy: Annotated[Strategy, typer.Option(help="Retrieval strategy.")] = Strategy.KEYWORD,
-    split: Annotated[str, typer.Option(help="qrels split.")] = "test",
+    split: Annotated[
+        str | None,
+        typer.Option(
+            help="BEIR: the qrels split (default test). --suite: only the cases marked "
+            '"split": dev (tuned on) or test (held out).'
+        ),
+    ] = None,
     embedder: Annotated[
         str | None,
         typer.Option(help="Embedder for semantic/hybrid: minilm (default when installed) or hash."),
@@ -120,7 +137,9 @@ def eval_(
     if suite is not None or (beir_dir is None and route is not None):
         if beir_dir is not None:
             fail(InputError("give a BEIR directory or --suite, not both"))
-        _suite(suite, route, report, deployment, as_json)
+        if split not in (None, "dev", "test"):
+            fail(InputError(f"--split {split!r} is no suite split; give dev or test"))
+        _suite(suite, route, cast("Split | None", split), report, deployment, as_json)
         return
     if beir_dir is None:
         fail(InputError("name what to evaluate: a BEIR directory, or --suite ID (a "
@@ -149,9 +168,9 @@ def eval_(
         say = lambda msg: err.print(msg, highlight=False)  # noqa: E731
         if deployment is not None:
             with open_app(deployment) as app:
-                return app.evaluate_beir(beir_dir, strategy=strategy, split=split,
+                return app.evaluate_beir(beir_dir, strategy=strategy, split=split or "test",
                                          top_k=top_k, progress=say)  # fmt: skip
-        return evaluate_beir(beir_dir, strategy=strategy, split=split,
+        return evaluate_beir(beir_dir, strategy=strategy, split=split or "test",
                              embedder=embedder or "hash", top_k=top_k, progress=say)  # fmt: skip
 
     figures = guard(run)
@@ -162,7 +181,7 @@ def eval_(
             Console().print(f"{key:>12}: {value}")
 
 
-def _suite(suite: str | None, route: str | None, report: Path | None,
+def _suite(suite: str | None, route: str | None, split: Split | None, report: Path | None,
            deployment: Path | None, as_json: bool) -> None:  # fmt: skip
     """``govrag eval --suite``: the run, its figures, the thresholds; exit 1 when missed."""
     from govrag.eval.governance import as_dict
@@ -174,7 +193,7 @@ def _suite(suite: str | None, route: str | None, report: Path | None,
         fail(InputError(f"cannot write the report to {report}: its folder does not exist or "
                         "is not writable; name another --report"))  # fmt: skip
     with open_app(deployment) as app:
-        result = guard(lambda: app.evaluate_suite(suite, route=route, progress=say))
+        result = guard(lambda: app.evaluate_suite(suite, route=route, split=split, progress=say))
     text = markdown(result)
     if report is not None:
         try:
@@ -275,7 +294,8 @@ def config_check(deployment: DeploymentOpt = None, as_json: JsonOpt = False) -> 
         emit(check.as_dict())
     else:
         for p in problems:
-            err.print(str(p), style="yellow" if p.warning else "red", highlight=False)
+            # markup off: "[auth]" in a message is govrag.toml's table, not a rich style tag
+            err.print(str(p), style="yellow" if p.warning else "red", highlight=False, markup=False)
         if config is not None:
             err.print(
                 f"ok: {len(config.routes)} route(s), {len(config.manifests)} manifest(s), "

@@ -10,6 +10,7 @@ would carry on a served deployment.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -79,10 +80,40 @@ def progress(total: int, label: str) -> Iterator[Callable[[int], None] | None]:
 
 
 def open_app(directory: Path | None) -> Govrag:
-    """The deployment in ``directory`` (default: ``GOVRAG_DEPLOYMENT`` or the current one)."""
-    import govrag
+    """The deployment in ``directory`` (default: ``GOVRAG_DEPLOYMENT`` or the current one),
+    which must hold ``govrag.toml``.
 
-    return govrag.open(directory)
+    The check is the command line's, not ``govrag.open``'s: a library caller may describe a
+    deployment by keyword overrides and environment alone (tests and embedders do), but on the
+    command line a folder without ``govrag.toml`` is a mistyped ``-d``, and opening it would
+    quietly create a new, empty store there that every later command then reads."""
+    import govrag
+    from govrag.settings import find_deployment
+
+    root = guard(lambda: find_deployment(directory))
+    guard(lambda: require_config_file(root, directory))
+    return guard(lambda: govrag.open(root))
+
+
+def require_config_file(root: Path, directory: Path | None) -> None:
+    """Refuse ``root`` unless it holds ``govrag.toml``; the message says where ``root`` came
+    from (``-d``, ``GOVRAG_DEPLOYMENT`` or the current directory) and how to fix it."""
+    from govrag.errors import ConfigError
+    from govrag.settings import CONFIG_FILE, DEPLOYMENT_ENV
+
+    if (root / CONFIG_FILE).exists():  # one that cannot be read is the settings' to name
+        return
+    if directory is not None:
+        # Typer fills the option from GOVRAG_DEPLOYMENT too; name the variable when it did.
+        env = os.environ.get(DEPLOYMENT_ENV)
+        came_from = f"{DEPLOYMENT_ENV}={env}" if env and Path(env) == directory else "-d"
+    else:
+        came_from = "the current directory"
+    raise ConfigError(
+        f"{str(root)!r} ({came_from}) holds no {CONFIG_FILE}, so it is not a govrag "
+        f"deployment and nothing was opened or created there; create one with `govrag init "
+        f"{root}`, or point -d (or {DEPLOYMENT_ENV}) at the folder holding {CONFIG_FILE}"
+    )
 
 
 def as_principal(app: Govrag, sub: str) -> Principal:

@@ -3,6 +3,7 @@ through the application API (see ``govrag/demo.py`` for what the deployment hold
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from rich.console import Console
@@ -26,7 +27,8 @@ def run_demo(directory: Path, console: Console, *, embedder: str | None = None) 
                       f"{counts['added']} added, {counts['unchanged']} unchanged, "
                       f"{counts['errors']} errors")  # fmt: skip
         first: Answer | None = None
-        for q in questions():
+        asked = questions()
+        for q in asked:
             principal = local_principal(app.settings, q.sub)
             answer = app.ask(principal, q.question, route=q.route_id, text=q.text)
             first = first or answer
@@ -36,10 +38,32 @@ def run_demo(directory: Path, console: Console, *, embedder: str | None = None) 
             print_replay(app.replay(first.request_id, tenant=TENANT), console)
         chain = next(t.chain for t in app.audit_verify(TENANT).tenants)
         console.print(f"\naudit log: {chain.events} events, chain "
-                      f"{'intact' if chain.ok else 'BROKEN'}. Try it yourself:\n"
-                      f"  govrag ask \"What's our wire limit for corporate clients in the EU?\" "
-                      f"--as officer-123 -d {directory}\n"
-                      f"  govrag replay REQUEST_ID -d {directory}")  # fmt: skip
+                      f"{'intact' if chain.ok else 'BROKEN'}.")  # fmt: skip
+        if asked:
+            # Never wrapped, never read as markup: each command is pasted into a shell as it is.
+            console.print("Try it yourself:", soft_wrap=True)
+            for line in try_it(asked[0], directory):
+                console.print(f"  {line}", soft_wrap=True, markup=False, highlight=False)
+
+
+def try_it(q: DemoQuestion, directory: Path) -> list[str]:
+    """The commands that ask the demo's first question again and replay it, quoted for a
+    POSIX shell (the question holds an apostrophe; a directory may hold spaces)."""
+    where = _quote(str(directory))
+    return [
+        f"govrag ask {_quote(q.question)} --as {_quote(q.sub)} "
+        f"--route {_quote(q.route_id)} -d {where}",
+        f"govrag replay REQUEST_ID -d {where}",
+    ]
+
+
+def _quote(word: str) -> str:
+    """``word`` as one shell word: in double quotes when nothing in it is special there (a
+    question's apostrophe then reads as itself), else :func:`shlex.quote`'s single quotes."""
+    quoted = shlex.quote(word)
+    if quoted == word or any(ch in word for ch in '"$`\\!\n'):
+        return quoted
+    return f'"{word}"'
 
 
 def _panel(q: DemoQuestion, a: Answer) -> Panel:

@@ -51,6 +51,8 @@ MAX_SUITE_BYTES = 16 * 1024 * 1024
 SUITE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 Text = Annotated[str, StringConstraints(min_length=1, max_length=4000)]
 Outcome = Literal["answer", "abstain", "deny"]
+#: A case's part of the suite: tuned on (``dev``) or held out (``test``).
+Split = Literal["dev", "test"]
 #: The thresholds' ``route`` key that applies to every case.
 ALL_ROUTES = "*"
 
@@ -117,6 +119,9 @@ class EvalCase(_Record):
     forbidden: tuple[Text, ...] = ()
     #: Strings that must never appear in anything the caller gets back.
     canaries: tuple[Annotated[str, StringConstraints(min_length=6)], ...] = ()
+    #: ``dev``: a case thresholds and rules may be tuned on; ``test``: held out, only
+    #: reported (``govrag eval --split``). ``None``: in neither split.
+    split: Split | None = None
 
     @field_validator("facts", "canaries", "forbidden")
     @classmethod

@@ -176,6 +176,7 @@ def narrow(
     corpus: str,
     move_corpus: bool,
     source: str,
+    name: str = "this file",
 ) -> tuple[Rights, list[str]]:
     """A file's rights: its sidecars' (``base``, with ``classification`` and ``corpus``
     resolved) narrowed by its front matter, and a warning per part of the front matter that
@@ -184,7 +185,8 @@ def narrow(
     * ``acl``: the intersection with the sidecars' ACL: an id stays if that ACL names it (or
       grants ``*``), and ``*`` stands for that whole ACL. An id the sidecars grant only
       through a group is dropped, so the result never grants more than the sidecars did.
-      With no sidecar ACL the file has no readers.
+      With no sidecar ACL the file has no readers. Front matter that drops an id (or every
+      id) gets a warning saying whom the file was stored for and how to grant the rest.
     * ``classification``: the higher of the two levels.
     * ``corpus``: another corpus only when ``move_corpus`` (the source's opt-in).
     * ``title``, ``author`` and metadata: the front matter's (they grant nothing).
@@ -203,19 +205,15 @@ def narrow(
         else:
             kept = [p for p in front.acl if p in granted]
         beyond = [p for p in front.acl if p not in granted and EVERYONE not in granted]
+        acl = tuple(dict.fromkeys(kept))
         if base.acl is None:
             warnings.append(
                 f"front matter 'acl' {front.acl} was ignored: front matter can only narrow the "
                 "ACL of an _access.json, and none grants this file to anyone, so nobody may "
                 "read it; state the acl in an _access.json"
             )
-        elif beyond:
-            warnings.append(
-                f"front matter 'acl' entries {beyond} are not in the ACL its _access.json "
-                f"grants ({sorted(granted)}): front matter can only narrow that ACL, so they "
-                "grant nothing beyond it; grant them in _access.json"
-            )
-        acl = tuple(dict.fromkeys(kept))
+        elif beyond or not acl:
+            warnings.append(_narrowed(front.acl, sorted(granted), beyond, acl, name))
     level = classification
     if front.classification is not None:
         if front.classification < classification:
@@ -242,3 +240,44 @@ def narrow(
         metadata={**base.metadata, **(front.metadata or {})},
     )
     return rights, warnings
+
+
+def _narrowed(
+    front: list[str], granted: list[str], beyond: list[str], stored: tuple[str, ...], name: str
+) -> str:
+    """The warning for front matter whose ``acl`` did not simply narrow the sidecars' ACL:
+    an entry outside it (granted nothing), or nothing of it left (the file is readable by
+    nobody, which is never what its author meant). Names both ACLs, what was stored, the fix.
+
+    The likeliest cause is an account the sidecars grant only through a group (``S-1`` under
+    a folder for ``G-staff``): it is dropped because a membership can change after ingest,
+    and a stored ``S-1`` would outlive S-1's removal from the group."""
+    readers = f"readable by {list(stored)} only" if stored else "readable by nobody"
+    if not front:
+        return (
+            f"front matter 'acl' is empty, so the file was stored {readers}, though its "
+            f"_access.json grants {granted}; remove 'acl' from the front matter to keep that "
+            "ACL, or list in it the entries of that ACL who may read this file"
+        )
+    ids = [p for p in beyond if p != EVERYONE]
+    why = []
+    if ids:
+        why.append(
+            f"{ids} {'is' if len(ids) == 1 else 'are'} not in that ACL (an account in a group "
+            "it names does not count: memberships change after ingest)"
+        )
+    if EVERYONE in beyond:
+        why.append("'*' stands for that ACL, never for more")
+    fix = (
+        f"to let {ids} read it, grant {'it' if len(ids) == 1 else 'them'} in _access.json "
+        f'(for this file alone: "files": {{"{name}": {{"acl": [...]}}}}), or name in front '
+        "matter only entries of that ACL"
+        if ids
+        else "to publish the file, grant '*' in _access.json"
+    )
+    if any("@" in p for p in ids):
+        fix += "; ACL entries are account and group ids of the source system, not emails"
+    return (
+        f"front matter 'acl' {front} can only narrow the ACL its _access.json grants "
+        f"({granted}), and {'; '.join(why)}, so the file was stored {readers}; {fix}"
+    )

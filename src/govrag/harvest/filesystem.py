@@ -184,6 +184,7 @@ class FilesystemConnector:
             corpus=sidecar.corpus or self.spec.corpus or slug(top),
             move_corpus=self.spec.allow_front_matter_corpus,
             source=self.spec.name,
+            name=f.path.name,
         )  # fmt: skip
         fields = {
             "type": "document",

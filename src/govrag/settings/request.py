@@ -86,6 +86,23 @@ class ValidationSettings(Section):
     min_top_score: float = Field(default=0.0, ge=0.0)
     #: Least share of the question's analysed terms that must occur in the evidence.
     min_query_coverage: float = Field(default=0.3, ge=0.0, le=1.0)
+    #: Answerability with a semantic embedder: least relevance (0..1, see
+    #: ``govrag.validation.answerability``) of an evidence sentence that has what the question
+    #: asks for. 0.43: calibrated on 2026-12-06 with MiniLM on the bank-eu suite and the dev
+    #: split of bank-eu-natural (147 cases with evidence: 0.974 of them judged right on dev,
+    #: 0.909 on the held-out test split; bench/RESULTS.md).
+    min_answer_score: float = Field(default=0.43, ge=0.0, le=1.0)
+    #: Answerability without one (the ``hash`` embedder): least idf-weighted share of the
+    #: question's terms such a sentence holds. 0.21: calibrated as ``min_answer_score`` (0.877
+    #: on dev, 0.788 on test: a semantic embedder is much better at this).
+    min_answer_coverage: float = Field(default=0.21, ge=0.0, le=1.0)
+    #: When nothing the caller may read answers, a corpus of the route's scope the policy gate
+    #: refused it is named as where the answer may be (the outcome is ``denied``, not an
+    #: abstention) when the question is at least this relevant to the corpus's id and
+    #: ``description`` (:func:`govrag.validation.answerability.topic_score`). 0.3: calibrated
+    #: with MiniLM on the dev split of bank-eu-natural and bank-eu (HR questions against the
+    #: demo's hr-policies description; bench/RESULTS.md).
+    refused_corpus_relevance: float = Field(default=0.3, ge=0.0, le=1.0)
     #: Claim check: least share of an answer sentence's terms found in one cited chunk.
     claim_min_overlap: float = Field(default=0.5, ge=0.0, le=1.0)
     #: What delivery does with answer sentences the cited evidence does not support:

@@ -12,6 +12,9 @@ passed):
     Fewer chunks than ``min_chunks``, or the best score below ``min_top_score``.
 ``off_topic``
     The evidence covers too small a share of the question's terms (``min_query_coverage``).
+``unanswered``
+    No sentence of the evidence answers the question: none relevant enough that has what
+    the question asks for (a quantity, a date, a name; :mod:`~govrag.validation.answerability`).
 ``not_recorded``
     Writing the validation (or incident) audit event failed; an unrecorded pass is no pass.
 ``validation_error``
@@ -36,6 +39,7 @@ __all__ = [
     "REASON_PRIORITY",
     "SCOPE_VIOLATION",
     "THIN_EVIDENCE",
+    "UNANSWERED",
     "VALIDATION_ERROR",
     "Attribution",
     "ClaimCheck",
@@ -50,11 +54,13 @@ SCOPE_VIOLATION = "scope_violation"
 NO_EVIDENCE = "no_evidence"
 THIN_EVIDENCE = "thin_evidence"
 OFF_TOPIC = "off_topic"
+UNANSWERED = "unanswered"
 NOT_RECORDED = "not_recorded"
 VALIDATION_ERROR = "validation_error"
 
 #: Order in which the check-derived reasons win when several apply (most serious first).
-REASON_PRIORITY: tuple[str, ...] = (SCOPE_VIOLATION, NO_EVIDENCE, THIN_EVIDENCE, OFF_TOPIC)
+REASON_PRIORITY: tuple[str, ...] = (SCOPE_VIOLATION, NO_EVIDENCE, THIN_EVIDENCE, OFF_TOPIC,
+                                    UNANSWERED)  # fmt: skip
 
 
 #: Why a chunk violates scope: in a pack of another corpus, outside the pinned route's scope,

@@ -8,8 +8,10 @@ checks a request's context packs against the question and the request's governan
   (expected: zero); it blocks synthesis and is audited as an ``incident``. The request's
   session-memory pack (the caller's own write-back entries) is in no corpus: its chunks must
   be session memory and nothing else, and session memory anywhere else is a violation.
-* **sufficiency**: enough chunks, a good enough best score, and enough of the question's
-  terms present in the evidence; otherwise abstain rather than answer from thin air.
+* **sufficiency**: enough chunks, a good enough best score, enough of the question's terms
+  present in the evidence, and a sentence of it that answers the question
+  (:mod:`~govrag.validation.answerability`: relevant enough, and holding the quantity, date
+  or name the question asks for); otherwise abstain rather than answer from thin air.
 * **attribution**: every chunk mapped to its document, corpus, source and pack.
 
 The result is always a :class:`~govrag.validation.report.ValidationReport`, never an
@@ -33,12 +35,14 @@ from govrag.audit.trail import recorded
 from govrag.settings import ValidationSettings
 from govrag.store.analyzer import default_analyzer
 from govrag.types import ChunkOrigin, ContextPack, PackChunk, Principal
+from govrag.validation.answerability import Relevance, TermRelevance, judge
 from govrag.validation.report import (
     NO_EVIDENCE,
     NOT_RECORDED,
     OFF_TOPIC,
     SCOPE_VIOLATION,
     THIN_EVIDENCE,
+    UNANSWERED,
     VALIDATION_ERROR,
     Attribution,
     ScopeViolation,
@@ -59,13 +63,21 @@ class Validator:
         settings: the thresholds; defaults to :class:`~govrag.settings.ValidationSettings`.
         audit: where to record ``validation`` (and ``incident``) events; ``None`` records
             nothing (tests, offline evaluation).
+        relevance: how evidence sentences are scored against the question
+            (:func:`~govrag.validation.answerability.relevance_for` the deployment's
+            embedder); default: term coverage.
     """
 
     def __init__(
-        self, settings: ValidationSettings | None = None, *, audit: AuditSink | None = None
+        self,
+        settings: ValidationSettings | None = None,
+        *,
+        audit: AuditSink | None = None,
+        relevance: Relevance | None = None,
     ) -> None:
         self.settings = settings if settings is not None else ValidationSettings()
         self.audit = audit
+        self.relevance: Relevance = relevance if relevance is not None else TermRelevance()
 
     def validate(
         self,
@@ -163,6 +175,9 @@ class Validator:
             coverage = len(wanted & present) / len(wanted)
         else:
             coverage = 1.0  # nothing to cover (a question of stopwords only)
+        judged = judge(question, [c.text for c in chunks], self.relevance)
+        # A term score and a cosine are on different scales: each has its own threshold.
+        least = s.min_answer_coverage if judged.method == "terms" else s.min_answer_score
         sufficient = (
             # Zero chunks is never sufficient, whatever min_chunks says: nothing to ground on.
             len(chunks) > 0
@@ -170,6 +185,8 @@ class Validator:
             and top is not None
             and top >= s.min_top_score
             and coverage >= s.min_query_coverage
+            and judged.answer_score is not None
+            and judged.answer_score >= least
         )
         return Sufficiency(
             chunks=len(chunks),
@@ -179,6 +196,10 @@ class Validator:
             min_top_score=s.min_top_score,
             min_query_coverage=s.min_query_coverage,
             sufficient=sufficient,
+            question_kind=judged.kind,
+            answer_score=judged.answer_score,
+            min_answer_score=least,
+            relevance=judged.method,
         )
 
     def _record(
@@ -267,4 +288,6 @@ def _reason(
         return THIN_EVIDENCE
     if sufficiency.query_coverage < s.min_query_coverage:
         return OFF_TOPIC
+    if not sufficiency.sufficient:
+        return UNANSWERED
     return None

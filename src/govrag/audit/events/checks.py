@@ -22,6 +22,14 @@ class SufficiencyRecord(Record):
     min_top_score: float
     min_query_coverage: float
     sufficient: bool
+    #: What the question asks for (``count``, ``quantity``, ``time``, ``person``, ``open``).
+    question_kind: str | None = None
+    #: Best relevance of an evidence sentence that has what the question asks for
+    #: (``None``: no such sentence), the threshold it met or missed, and how relevance was
+    #: scored (``embedder:minilm``, ``terms``).
+    answer_score: float | None = None
+    min_answer_score: float | None = None
+    relevance: str | None = None
 
 
 class ValidationEvent(AuditEventBase):

@@ -1,0 +1,229 @@
+"""Answerability: does the validated evidence answer the question, before any model runs?
+
+Seed 003 puts validation before synthesis: abstaining when the evidence does not answer is the
+app's decision, whatever model is configured. A shared word is no answer ("days" in a
+question about parental leave, quoted from a clean-desk policy), so sufficiency is judged per
+sentence of evidence:
+
+- **relevance** of each sentence to the question: the cosine of their embeddings by the
+  deployment's embedder when it is semantic (MiniLM, offline), else the idf-weighted share
+  of the question's content terms the sentence holds (weights from the evidence's own
+  sentences: a term no sentence holds weighs most, so a question about something the
+  evidence never mentions scores low however many common words it shares);
+- the question's **kind**: *how many* questions need a count, *how much / how long* a quantity,
+  *when* questions a date or time, *who* questions a name, a role or an address. A relevant
+  sentence that has none of what was asked does not answer it.
+
+The answer score is the best relevance of a sentence that has what the question's kind needs;
+validation passes it against a threshold (``[validation] min_answer_score`` for embeddings,
+``min_answer_coverage`` for terms), calibrated on the dev split of the bundled suites
+(docs/eval.md). Everything here reads only the question and the evidence handed in.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import numpy as np
+
+from govrag.embed.base import Embedder
+from govrag.store.analyzer import default_analyzer
+
+#: What a question asks for: a quantity, a date or time, a person (or role), or anything.
+QuestionKind = Literal["count", "quantity", "time", "person", "open"]
+
+_COUNT = re.compile(r"\bhow\s+many\b|\bnumber\s+of\b", re.IGNORECASE)
+_QUANTITY = re.compile(
+    r"\bhow\s+(much|long|often|far|large|big|high|low|fast|quickly|soon|old)\b"
+    r"|\b(what|which)(?:'s|\s+is|\s+are|\s+was)?\s+(?:the\s+|our\s+|my\s+|a\s+)?"
+    r"(?:[\w-]+\s+){0,4}?(limit|limits|amount|cap|threshold|fee|fees|rate|percentage|"
+    r"number|maximum|minimum|ceiling|price|cost|value|level|period)\b",
+    re.IGNORECASE,
+)
+_TIME = re.compile(
+    r"^\W*when\b|\bby\s+when\b|\bwhat\s+(time|date|day)\b|\bcut-?off\s+time\b|\bdeadline\b",
+    re.IGNORECASE,
+)
+_PERSON = re.compile(r"^\W*(who|whom|whose)\b|\bwho\s+(must|should|can|may|do|does|to)\b",
+                     re.IGNORECASE)  # fmt: skip
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+_NUMBER_WORDS = _words(
+    "one two three four five six seven eight nine ten eleven twelve fifteen twenty "
+    "thirty forty fifty hundred thousand million billion half quarter double twice once "
+    "single dozen"
+)
+_TIME_WORDS = _words(
+    "january february march april may june july august september october november "
+    "december monday tuesday wednesday thursday friday saturday sunday noon midday "
+    "midnight immediately promptly annually yearly monthly weekly daily quarterly before "
+    "after within until during end beginning start today tomorrow"
+)
+_ROLE_WORDS = _words(
+    "head heads officer officers manager managers director directors team teams "
+    "committee board desk department compliance supervisor approver approvers owner "
+    "owners counsel staff employee employees analyst analysts investigator investigators "
+    "lead chief ceo cfo cro mlro coo cto ciso function unit office operations risk legal "
+    "hr treasury auditor auditors controller reviewer reviewers signatory signatories "
+    "client clients customer customers colleague colleagues line person contact"
+)
+_DIGIT = re.compile(r"\d")
+_NUMBER = re.compile(r"(?<![\w.,])\d[\d,.]*")
+#: A currency just before a number, read backwards from it ("EUR 5" is "5 RUE" reversed).
+_AMOUNT = re.compile(r"\s*(RUE|PBG|FHC|DSU|[€$£])", re.IGNORECASE)
+_EMAIL = re.compile(r"[\w.+-]+@[\w-]+\.[\w.-]+")
+_WORD = re.compile(r"[A-Za-z][A-Za-z'-]*")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+def question_kind(question: str) -> QuestionKind:
+    """What ``question`` asks for (the first that applies: time, person, count, quantity)."""
+    if _TIME.search(question):
+        return "time"
+    if _PERSON.search(question):
+        return "person"
+    if _COUNT.search(question):
+        return "count"
+    if _QUANTITY.search(question):
+        return "quantity"
+    return "open"
+
+
+def has_kind(kind: QuestionKind, sentence: str) -> bool:
+    """Whether ``sentence`` holds what a question of ``kind`` needs."""
+    if kind == "open":
+        return True
+    words = [w.lower() for w in _WORD.findall(sentence)]
+    if kind == "count":
+        # A count is a number of things, not a sum of money: "EUR 50,000" answers "how
+        # much", never "how many times".
+        return any(not _AMOUNT.match(sentence[: m.start()][::-1]) for m in _NUMBER.finditer(
+            sentence)) or any(w in _NUMBER_WORDS for w in words)  # fmt: skip
+    if kind == "quantity":
+        return bool(_DIGIT.search(sentence)) or any(w in _NUMBER_WORDS for w in words)
+    if kind == "time":
+        return bool(_DIGIT.search(sentence)) or any(w in _TIME_WORDS for w in words)
+    # person: an address, a role, or a proper name (a capitalised word not opening it).
+    if _EMAIL.search(sentence) or any(w in _ROLE_WORDS for w in words):
+        return True
+    names = _WORD.findall(sentence)[1:]
+    return any(w[0].isupper() and not w.isupper() for w in names)
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences (and heading lines) of ``text``, stripped, blank ones dropped."""
+    return [s.strip() for s in _SENTENCE.split(text) if s.strip()]
+
+
+class Relevance(Protocol):
+    """Scores each sentence of each evidence text against a question, in 0..1 (higher: more
+    on the question)."""
+
+    #: How it scores (``embedder:minilm``, ``terms``): recorded with the figures.
+    name: str
+
+    def scores(self, question: str, texts: Sequence[list[str]]) -> list[list[float]]:
+        """One score per sentence of ``texts`` (each text given as its sentences)."""
+        ...
+
+
+class TermRelevance:
+    """The idf-weighted share of the question's content terms a sentence holds; weights from
+    the given sentences (see the module docstring)."""
+
+    name = "terms"
+
+    def scores(self, question: str, texts: Sequence[list[str]]) -> list[list[float]]:
+        analyzer = default_analyzer()
+        wanted = set(analyzer.analyze(question))
+        held = [[set(analyzer.analyze(s)) for s in text] for text in texts]
+        if not wanted:
+            return [[1.0 for _ in text] for text in texts]
+        every = [h for text in held for h in text]
+        n = len(every)
+        weight = {t: math.log(1.0 + (n + 1) / (0.5 + sum(1 for h in every if t in h)))
+                  for t in wanted}  # fmt: skip
+        total = sum(weight.values())
+        return [[sum(weight[t] for t in wanted & h) / total for h in text] for text in held]
+
+
+class EmbedderRelevance:
+    """Half the cosine of the question and the sentence read under its text's first line (a
+    heading or opening sentence: "EUR 50,000 per day." says little alone), half the cosine of
+    the question and the whole text; negative cosines count as 0. Calibrated against sentence
+    alone, text alone, their maximum and term blends on the suites' dev split, this separated
+    answering from non-answering evidence best (docs/eval.md)."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+        self.name = f"embedder:{embedder.name}"
+
+    def scores(self, question: str, texts: Sequence[list[str]]) -> list[list[float]]:
+        if not any(texts):
+            return [[] for _ in texts]
+        q = self.embedder.embed_query(question)
+        whole = [" ".join(t) for t in texts]
+        read = [s if i == 0 else f"{t[0]} {s}" for t in texts for i, s in enumerate(t)]
+        vectors = self.embedder.embed_documents(whole + read, batch_size=64)
+        cos = [max(0.0, float(x)) for x in np.asarray(vectors @ q, dtype=np.float64)]
+        out: list[list[float]] = []
+        at = len(whole)
+        for i, t in enumerate(texts):
+            out.append([(cos[i] + c) / 2 for c in cos[at : at + len(t)]])
+            at += len(t)
+        return out
+
+
+def relevance_for(embedder: Embedder | None) -> Relevance:
+    """The deployment's relevance: its embedder when semantic, else term coverage (the
+    ``hash`` embedder hashes words: its cosine is a cruder term overlap)."""
+    if embedder is None or embedder.name == "hash":
+        return TermRelevance()
+    return EmbedderRelevance(embedder)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    kind: QuestionKind
+    #: Best relevance of a sentence that has what the kind needs (``None``: no sentence).
+    answer_score: float | None
+    #: The sentence it came from (for logs and tests; never recorded: it is content).
+    best: str | None
+    method: str
+
+
+def judge(question: str, texts: Sequence[str], relevance: Relevance) -> Judgement:
+    """How well the evidence ``texts`` answers ``question``."""
+    kind = question_kind(question)
+    split = [t for t in (sentences(text) for text in texts) if t]
+    if not split:
+        return Judgement(kind, None, None, relevance.name)
+    scored = relevance.scores(question, split)
+    fitting = [(score, s) for text, scores in zip(split, scored, strict=True)
+               for s, score in zip(text, scores, strict=True) if has_kind(kind, s)]  # fmt: skip
+    if not fitting:
+        return Judgement(kind, None, None, relevance.name)
+    score, best = max(fitting, key=lambda x: x[0])
+    return Judgement(kind, round(score, 4), best, relevance.name)
+
+
+def topic_score(question: str, corpus: str, description: str, relevance: Relevance) -> float:
+    """How much ``question`` is about what a corpus holds, by its id and ``description``
+    (the deployment's ``[corpora.<id>] description``): the best relevance of the whole
+    description or one of its items (split at commas, colons, semicolons and brackets), each
+    read under the corpus id. Configuration only: no document is read, so this may be asked
+    of a corpus the caller is refused."""
+    head = corpus.replace("-", " ").replace("_", " ")
+    parts = [p.strip() for p in re.split(r"[;:,()]", description) if p.strip()]
+    items = [f"{head}: {description}"] if description.strip() else [head]
+    items += [f"{head}: {p}" for p in parts]
+    scored = relevance.scores(question, [[item] for item in items])
+    return max((s for row in scored for s in row), default=0.0)
