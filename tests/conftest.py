@@ -293,6 +293,33 @@ def wire_bank(root: Path, *, routes: dict[str, dict[str, Any]], toml: str = "",
     return root
 
 
+@pytest.fixture(scope="session")
+def _built_demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo deployment as ``govrag demo`` builds it (MiniLM, the bundled corpus
+    ingested), once per worker; tests take copies (:func:`semantic_demo`)."""
+    import govrag
+    from govrag.demo import TENANT, bundled_corpus, create
+    from govrag.embed import semantic_available
+
+    if not semantic_available():
+        pytest.skip("the demo's thresholds are calibrated with the minilm embedder")
+    root = tmp_path_factory.mktemp("demo-built") / "demo"
+    create(root)
+    with govrag.open(root) as app, bundled_corpus() as corpus:
+        assert app.ingest(corpus, tenant=TENANT).ok
+    return root
+
+
+@pytest.fixture(scope="module")
+def semantic_demo(_built_demo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh copy of the MiniLM demo deployment per test module, for tests of figures
+    calibrated with that embedder: each module spends its own callers' marker budgets and
+    audit log. Skips where the embedder is not installed."""
+    root = tmp_path_factory.mktemp("demo") / "demo"
+    shutil.copytree(_built_demo, root)
+    return root
+
+
 def tiny_beir(root: Path) -> Path:
     """A three-document BEIR dataset whose two queries each have one obvious answer."""
     beir = root / "tiny"

@@ -10,7 +10,9 @@ API (the command is ``govrag/cli/demo.py``):
   and the answer cites ``policy-wire-limits-v3`` (EUR 50,000 per day);
 - the DENY branch: the same officer's HR question; the PDP refuses ``hr-policies``;
 - Pattern 0 (prefetch), Pattern 2 (the MSA review workflow), a route with no knowledge path;
-- the hidden-item hint: a confidential review exists that the officer may not read;
+- the hidden-item hint: analyst-207 (cleared confidential) may not read the financial-crime
+  bulletin and is told whom to ask; the investigator on its list reads it; the officer
+  (internal clearance) is told nothing, since a marker never points above a clearance;
 - and the examiner's replay of the worked example from the audit log alone.
 """
 

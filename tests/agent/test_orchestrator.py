@@ -290,9 +290,16 @@ def test_an_empty_store_offers_no_search_and_answers_ungrounded(
     dep = make_dep(default_tenant="t9")
     spy = spy_on(dep)
     answer = ask(dep, "nobody", QUESTION)  # tenant t9 has no documents
-    assert not answer.grounded and answer.decisions == () and spy.tool_names() == [[]]
-    kinds = {e.kind for e in dep.store.audit_events("t9", request_id=answer.request_id)}
-    assert "pep_decision" not in kinds and "context_pack" not in kinds
+    assert not answer.grounded and not answer.abstained and spy.tool_names() == [[]]
+    # Each corpus of the scope is put to the policy gate first (a caller refused all of them
+    # gets a refusal, tests/attacks/test_right_refusal.py); this one may read policy-engine,
+    # so the answer is ungrounded, and no search ran whatever the verdicts.
+    assert [(d.corpus, d.verdict) for d in answer.decisions] == [
+        ("policy-engine", "ALLOW"), ("hr-policies", "DENY")]  # fmt: skip
+    events = dep.store.audit_events("t9", request_id=answer.request_id)
+    assert [e.payload["resource"] for e in events if e.kind == "pep_decision"] == [
+        "policy-engine", "hr-policies"]  # fmt: skip
+    assert "context_pack" not in {e.kind for e in events}
 
 
 def test_access_is_counted_for_cited_documents_only(dep: Deployment) -> None:

@@ -16,19 +16,11 @@ import pytest
 
 import govrag
 from govrag.app.api import local_principal
-from govrag.demo import TENANT, bundled_corpus, create
-from govrag.embed import semantic_available
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not semantic_available():
-        pytest.skip("the demo's thresholds are calibrated with the minilm embedder")
-    root = tmp_path_factory.mktemp("refusal") / "demo"
-    create(root)
-    with govrag.open(root) as app, bundled_corpus() as corpus:
-        assert app.ingest(corpus, tenant=TENANT).ok
-    return root
+def demo(semantic_demo: Path) -> Path:
+    return semantic_demo
 
 
 @pytest.mark.parametrize("question", [

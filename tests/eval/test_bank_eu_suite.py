@@ -22,8 +22,7 @@ from typing import Any
 import pytest
 
 import govrag
-from govrag.demo import TENANT, bundled_corpus, create
-from govrag.embed import semantic_available
+from govrag.demo import TENANT
 
 pytest.importorskip("ir_measures")  # the eval extra (in dev)
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -36,14 +35,8 @@ def cli(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not semantic_available():
-        pytest.skip("the suite's thresholds are measured with the minilm embedder")
-    root = tmp_path_factory.mktemp("bank-eu") / "demo"
-    create(root)
-    with govrag.open(root) as app, bundled_corpus() as corpus:
-        assert app.ingest(corpus, tenant=TENANT).ok
-    return root
+def demo(semantic_demo: Path) -> Path:
+    return semantic_demo
 
 
 #: The quality targets still missed on the shipped suites (bench/RESULTS.md (q)); a miss of

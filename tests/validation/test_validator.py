@@ -86,8 +86,17 @@ THRESHOLD_CASES = {
     "no finite score": ({}, [chunk(1, score=math.nan)], "thin_evidence"),
     "off-topic pack": ({}, [chunk(1, OFF_TOPIC)], "off_topic"),
     "coverage 1/4 below 0.3": ({}, [chunk(1, "Wire instructions.")], "off_topic"),
-    "coverage 1/4 at 0.25": ({"min_query_coverage": 0.25}, [chunk(1, "Wire.")], None),
-    "coverage pooled over chunks": ({}, [chunk(1, "wire"), chunk(2, "corporate limits")], None),
+    # A word shared is not an answer (the answerability gate, tests/validation/
+    # test_answerability.py); with that gate off, the coverage threshold alone decides.
+    "coverage 1/4 at 0.25": (
+        {"min_query_coverage": 0.25, "min_answer_coverage": 0.0}, [chunk(1, "Wire.")], None,
+    ),
+    "coverage 1/4 at 0.25, not an answer": (
+        {"min_query_coverage": 0.25}, [chunk(1, "Wire.")], "unanswered",
+    ),
+    "coverage pooled over chunks": (
+        {"min_answer_coverage": 0.0}, [chunk(1, "wire"), chunk(2, "corporate limits")], None,
+    ),
     "thin beats off-topic": ({"min_chunks": 2}, [chunk(1, OFF_TOPIC)], "thin_evidence"),
 }  # fmt: skip
 
@@ -109,7 +118,9 @@ def test_sufficiency_thresholds_decide_abstention(
 
 def test_sufficiency_figures() -> None:
     chunks = [chunk(1, "wire limit", score=0.25), chunk(2, OFF_TOPIC, score=0.75)]
-    s = validate([pack("pk1", "policy", chunks)], min_chunks=2, min_top_score=0.1).sufficiency
+    s = validate(
+        [pack("pk1", "policy", chunks)], min_chunks=2, min_top_score=0.1, min_answer_coverage=0.0
+    ).sufficiency
     assert (s.chunks, s.top_score, s.query_coverage) == (2, 0.75, 0.5)
     assert (s.min_chunks, s.min_top_score, s.min_query_coverage, s.sufficient) == (
         2, 0.1, 0.3, True,

@@ -167,9 +167,17 @@ def _answering(
     chunks = [(cid, sentences(text)) for cid, text in sources]
     chunks = [(cid, ss) for cid, ss in chunks if ss]
     read = [[s if i == 0 else f"{ss[0]} {s}" for i, s in enumerate(ss)] for _, ss in chunks]
-    by_terms = TermRelevance().scores(question, read)
-    by_model = (by_terms if isinstance(relevance, TermRelevance)
-                else relevance.scores(question, [ss for _, ss in chunks]))  # fmt: skip
+    terms = TermRelevance()
+    by_terms = terms.scores(question, read)
+    if isinstance(relevance, TermRelevance):
+        # Terms alone: half read under the chunk's first line, half in the sentence alone, so
+        # a heading's words do not make every sentence below it outrank the heading that
+        # states the answer.
+        alone = terms.scores(question, [ss for _, ss in chunks])
+        by_model = [[(a + b) / 2 for a, b in zip(under, own, strict=True)]
+                    for under, own in zip(by_terms, alone, strict=True)]  # fmt: skip
+    else:
+        by_model = relevance.scores(question, [ss for _, ss in chunks])
     scores = [[0.8 * m + 0.2 * t for m, t in zip(mr, tr, strict=True)]
               for mr, tr in zip(by_model, by_terms, strict=True)]  # fmt: skip
     ranked: list[tuple[float, int, int]] = []

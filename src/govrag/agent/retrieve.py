@@ -188,8 +188,9 @@ class GovernedSearch:
             packs.append(memory)
         where["stage"] = "validation"
         decisions = [d for d, _ in done]
+        # The packs go to the caller, not to govrag's synthesis: answerability by terms.
         report, packs = self.validate(principal, request.query, packs, session, decisions,
-                                      request_id)  # fmt: skip
+                                      request_id, before_synthesis=False)  # fmt: skip
         return _merge(request, request_id, session, decisions, packs, report,
                       self.pep.markers.max_contacts)  # fmt: skip
 
@@ -301,11 +302,14 @@ class GovernedSearch:
         session: Session,
         decisions: Sequence[CorpusDecision],
         request_id: str,
+        *,
+        before_synthesis: bool = True,
     ) -> tuple[ValidationReport, list[ContextPack]]:
         """The validation gate over ``packs``: the corpora ALLOWed in ``decisions`` are the
         caller's entitlements, the session's pinned scope the route's. Returns the report
         and the packs as they may be handed out: after a scope violation, none of their
-        chunks (the incident is on record)."""
+        chunks (the incident is on record). ``before_synthesis``: see
+        :meth:`~govrag.validation.Validator.validate`."""
         report = self.validator.validate(
             principal,
             question,
@@ -314,6 +318,7 @@ class GovernedSearch:
             allowed_corpora=[d.corpus for d in decisions if d.verdict == "ALLOW"],
             request_id=request_id,
             session_id=session.session_id,
+            before_synthesis=before_synthesis,
         )
         if report.scope_violation_count:
             return report, [p.model_copy(update={"chunks": ()}) for p in packs]

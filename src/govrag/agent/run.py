@@ -334,11 +334,12 @@ def denied_or(run: Run, fallback: str, *, by_model: bool = False) -> str:
 
 def refused(run: Run) -> list[str]:
     """The corpora of the route's scope the policy gate refused on this request (a retrieve
-    or a listing), in scope order."""
+    or a listing), in scope order. A gate that could not decide (``policy_error``: no policy,
+    an unrecordable decision) refused nothing anyone could be asked about."""
     scope = run.session.retrieval.scope
     denied = {d.corpus for d in run.decisions
               if d.kind in ("retrieve", "list") and d.verdict != "ALLOW"
-              and d.reason != "out_of_scope"}  # fmt: skip
+              and d.reason not in ("out_of_scope", "policy_error")}  # fmt: skip
     return [c for c in scope if c in denied]
 
 

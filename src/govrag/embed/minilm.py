@@ -42,6 +42,9 @@ from govrag.errors import MissingExtraError
 log = logging.getLogger("govrag.embed")
 
 _PURPOSE = "The 'minilm' embedder"
+#: Up to this many texts, :meth:`MiniLMEmbedder.embed_documents` uses the ONNX encoder when it
+#: is open and torch is not loaded.
+FEW = 512
 
 # Loading the model takes seconds and ~100 MB, and every index and query path constructs an
 # embedder, so the loaded model is shared per device for the life of the process.
@@ -217,6 +220,14 @@ class MiniLMEmbedder:
             InputError: ``texts`` is a bare string or ``batch_size`` is below 1.
         """
         check_batch_args(texts, batch_size)
+        if 0 < len(texts) <= FEW and self._loaded is None and self._onnx is not None:
+            # A few texts at question time (the sentences of a request's evidence), the query
+            # encoder open and torch not loaded: the ONNX encoder gives the same vectors
+            # without torch's seconds of start-up. Ingest keeps torch, loaded once.
+            vectors: FloatArray = self._onnx.encode(list(texts))
+            if progress is not None:
+                progress(len(texts))
+            return vectors
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         # Batches of similar length waste less compute on padding, so encode longest-first (as
         # sentence-transformers does internally) and scatter rows back to input order. Batching

@@ -32,6 +32,8 @@ from govrag.errors import MissingExtraError
 #: The exported graph's inputs and output, shared with the exporter.
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 OUTPUT_NAME = "last_hidden_state"
+#: Texts per ONNX run (see :meth:`OnnxQueryEncoder.encode`).
+BATCH = 8
 
 _PURPOSE = "The 'minilm' embedder's fast query path"
 
@@ -108,11 +110,19 @@ class OnnxQueryEncoder:
         """Unit-norm ``float32`` rows of shape ``(len(texts), 384)``, one per text."""
         if not texts:
             return np.zeros((0, 384), dtype=np.float32)
-        encodings = self._tokenizer.encode_batch(list(texts))
-        feeds = {
-            "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
-            "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
-            "token_type_ids": np.array([e.type_ids for e in encodings], dtype=np.int64),
-        }
-        (hidden,) = self._session.run([OUTPUT_NAME], feeds)
-        return mean_pool_normalise(hidden, feeds["attention_mask"])
+        out = np.zeros((len(texts), 384), dtype=np.float32)
+        # Small batches of similar length: a batch is padded to its longest text, so 80 texts
+        # in one batch cost as much as 80 of the longest (measured: 6.8 s against 1.8 s in
+        # batches of 8 for a pack's sentences and chunks on two cores).
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        for start in range(0, len(order), BATCH):
+            rows = order[start : start + BATCH]
+            encodings = self._tokenizer.encode_batch([texts[i] for i in rows])
+            feeds = {
+                "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
+                "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
+                "token_type_ids": np.array([e.type_ids for e in encodings], dtype=np.int64),
+            }
+            (hidden,) = self._session.run([OUTPUT_NAME], feeds)
+            out[rows] = mean_pool_normalise(hidden, feeds["attention_mask"])
+        return out

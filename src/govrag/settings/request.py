@@ -90,7 +90,7 @@ class ValidationSettings(Section):
     #: ``govrag.validation.answerability``) of an evidence sentence that has what the question
     #: asks for. 0.43: calibrated on 2026-12-06 with MiniLM on the bank-eu suite and the dev
     #: split of bank-eu-natural (147 cases with evidence: 0.974 of them judged right on dev,
-    #: 0.909 on the held-out test split; bench/RESULTS.md).
+    #: 0.909 on the held-out test split; bench/RESULTS.md). 0 turns the gate off.
     min_answer_score: float = Field(default=0.43, ge=0.0, le=1.0)
     #: Answerability without one (the ``hash`` embedder): least idf-weighted share of the
     #: question's terms such a sentence holds. 0.21: calibrated as ``min_answer_score`` (0.877

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -162,9 +164,10 @@ class EmbedderRelevance:
     alone, text alone, their maximum and term blends on the suites' dev split, this separated
     answering from non-answering evidence best (docs/eval.md)."""
 
-    def __init__(self, embedder: Embedder) -> None:
+    def __init__(self, embedder: Embedder, *, cached: int = 8192) -> None:
         self.embedder = embedder
         self.name = f"embedder:{embedder.name}"
+        self._vectors = _VectorCache(cached)
 
     def scores(self, question: str, texts: Sequence[list[str]]) -> list[list[float]]:
         if not any(texts):
@@ -172,7 +175,7 @@ class EmbedderRelevance:
         q = self.embedder.embed_query(question)
         whole = [" ".join(t) for t in texts]
         read = [s if i == 0 else f"{t[0]} {s}" for t in texts for i, s in enumerate(t)]
-        vectors = self.embedder.embed_documents(whole + read, batch_size=64)
+        vectors = self._vectors.embed(self.embedder, whole + read)
         cos = [max(0.0, float(x)) for x in np.asarray(vectors @ q, dtype=np.float64)]
         out: list[list[float]] = []
         at = len(whole)
@@ -180,6 +183,36 @@ class EmbedderRelevance:
             out.append([(cos[i] + c) / 2 for c in cos[at : at + len(t)]])
             at += len(t)
         return out
+
+
+class _VectorCache:
+    """The embeddings of the last ``size`` evidence texts, by their text: validation and the
+    extractive responder score the same sentences of a request, and the documents people ask
+    about recur across requests (a MiniLM pass over a pack's sentences takes seconds on two
+    cores). Keyed by the whole text, so a vector is only ever reused for that exact text; a
+    hit says no more than that the text, which the caller's own evidence holds, was scored
+    before in this process."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._rows: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def embed(self, embedder: Embedder, texts: list[str]) -> np.ndarray:
+        with self._lock:
+            known = {t: self._rows[t] for t in texts if t in self._rows}
+            for t in known:
+                self._rows.move_to_end(t)
+        missing = list(dict.fromkeys(t for t in texts if t not in known))
+        if missing:
+            fresh = embedder.embed_documents(missing, batch_size=64)
+            new = dict(zip(missing, fresh, strict=True))
+            known.update(new)
+            with self._lock:
+                self._rows.update(new)
+                while len(self._rows) > self.size:
+                    self._rows.popitem(last=False)
+        return np.stack([known[t] for t in texts])
 
 
 def relevance_for(embedder: Embedder | None) -> Relevance:
@@ -198,6 +231,19 @@ class Judgement:
     #: The sentence it came from (for logs and tests; never recorded: it is content).
     best: str | None
     method: str
+
+
+def without_names(question: str, corpora: Iterable[str]) -> str:
+    """``question`` without the names of ``corpora`` in it ("what do the hr policies say
+    about sick pay?" asks about sick pay): a corpus named says where to look, not what the
+    answer holds, and a document that merely mentions the corpus does not answer it. The
+    question is kept whole when nothing else of substance would be left."""
+    out = question
+    for corpus in corpora:
+        parts = [re.escape(p) for p in re.split(r"[-_\s]+", corpus) if p]
+        if parts:
+            out = re.sub(r"\b" + r"[-_\s]+".join(parts) + r"\b", " ", out, flags=re.IGNORECASE)
+    return out if out != question and default_analyzer().analyze(out) else question
 
 
 def judge(question: str, texts: Sequence[str], relevance: Relevance) -> Judgement:

@@ -35,7 +35,7 @@ from govrag.audit.trail import recorded
 from govrag.settings import ValidationSettings
 from govrag.store.analyzer import default_analyzer
 from govrag.types import ChunkOrigin, ContextPack, PackChunk, Principal
-from govrag.validation.answerability import Relevance, TermRelevance, judge
+from govrag.validation.answerability import Relevance, TermRelevance, judge, without_names
 from govrag.validation.report import (
     NO_EVIDENCE,
     NOT_RECORDED,
@@ -54,6 +54,7 @@ from govrag.validation.report import (
 __all__ = ["AuditSink", "Validator"]
 
 log = logging.getLogger("govrag.validation")
+_TERMS = TermRelevance()
 
 
 class Validator:
@@ -89,15 +90,23 @@ class Validator:
         allowed_corpora: Collection[str],
         request_id: str,
         session_id: str,
+        before_synthesis: bool = True,
     ) -> ValidationReport:
         """Check every context pack of a request against the user's original question.
 
         ``scope`` is the pinned route's retrieval scope (corpus ids); ``allowed_corpora`` the
         corpora the PDP ALLOWed this caller in this request. Audit events go to the
         principal's tenant under ``request_id`` and ``session_id``. Never raises.
+
+        ``before_synthesis``: govrag is about to answer from these packs, so answerability is
+        judged by the deployment's relevance (an embedder pass over every sentence). A search
+        or a retrieve that hands chunks to the caller judges it by terms (no model runs on a
+        search: a keyword lookup stays milliseconds).
         """
+        relevance = self.relevance if before_synthesis else _TERMS
         try:
-            report = self._check(question, packs, _corpora(scope), _corpora(allowed_corpora))
+            report = self._check(question, packs, _corpora(scope), _corpora(allowed_corpora),
+                                 relevance)  # fmt: skip
         except Exception:
             # Fail closed: an unvalidated pack must never reach synthesis, and the caller must
             # not mistake an exception for "no verdict".
@@ -121,6 +130,7 @@ class Validator:
         packs: Sequence[ContextPack],
         scope: frozenset[str],
         allowed: frozenset[str],
+        relevance: Relevance,
     ) -> ValidationReport:
         violations: list[ScopeViolation] = []
         attribution: list[Attribution] = []
@@ -147,7 +157,7 @@ class Validator:
                             reason=why,
                         )
                     )
-        sufficiency = self._sufficiency(question, packs)
+        sufficiency = self._sufficiency(question, packs, scope, relevance)
         reason = _reason(violations, sufficiency, self.settings)
         passed = reason is None
         return ValidationReport(
@@ -159,7 +169,13 @@ class Validator:
             attribution=tuple(attribution),
         )
 
-    def _sufficiency(self, question: str, packs: Sequence[ContextPack]) -> Sufficiency:
+    def _sufficiency(
+        self,
+        question: str,
+        packs: Sequence[ContextPack],
+        scope: frozenset[str],
+        relevance: Relevance,
+    ) -> Sufficiency:
         s = self.settings
         chunks = [c for p in packs for c in p.chunks]
         # Non-finite scores cannot be ranked meaningfully (and are not valid JSON in the audit
@@ -175,7 +191,8 @@ class Validator:
             coverage = len(wanted & present) / len(wanted)
         else:
             coverage = 1.0  # nothing to cover (a question of stopwords only)
-        judged = judge(question, [c.text for c in chunks], self.relevance)
+        judged = judge(without_names(question, sorted(scope)), [c.text for c in chunks],
+                       relevance)  # fmt: skip
         # A term score and a cosine are on different scales: each has its own threshold.
         least = s.min_answer_coverage if judged.method == "terms" else s.min_answer_score
         sufficient = (
@@ -185,8 +202,8 @@ class Validator:
             and top is not None
             and top >= s.min_top_score
             and coverage >= s.min_query_coverage
-            and judged.answer_score is not None
-            and judged.answer_score >= least
+            # A threshold of 0 turns the answerability gate off (the operator's choice).
+            and (least == 0.0 or (judged.answer_score is not None and judged.answer_score >= least))
         )
         return Sufficiency(
             chunks=len(chunks),
