@@ -43,6 +43,7 @@ from govrag.agent.prompts import (
     caller_parts,
 )
 from govrag.validation.answerability import (
+    QuestionKind,
     Relevance,
     TermRelevance,
     has_kind,
@@ -162,10 +163,62 @@ def _answering(
     question asks for (a count, a quantity, a date, a name: the same rule validation applies)
     and is ranked by ``relevance`` (read under its chunk's first line), a fifth of it the
     question's terms it holds, rare terms weighing most; a question in the evidence (an FAQ's
-    heading) answers nothing."""
-    kind = question_kind(question)
+    heading) answers nothing. A question that asks two things ("the daily limit, and when
+    does a Tier-2 client need a second signatory?") gets the best sentence for each."""
     chunks = [(cid, sentences(text)) for cid, text in sources]
     chunks = [(cid, ss) for cid, ss in chunks if ss]
+    parts = _parts(question)
+    picked: list[tuple[int, int]] = []
+    if len(parts) > 1:
+        for part in parts[:MAX_SENTENCES]:
+            # "... , and what is it now?": a part of pronouns is read as the whole question,
+            # asking for what the part's kind needs.
+            read_as = part if len(terms(part)) >= 2 else question
+            ranked = [r for r in _ranked(read_as, chunks, relevance, question_kind(part))
+                      if (r[1], r[2]) not in picked]  # fmt: skip
+            if not ranked:
+                continue
+            # A document already quoted answers the next part too when nearly as well.
+            quoted = {_document(chunks[c][0]) for c, _ in picked}
+            top = ranked[0][0]
+            near = [r for r in ranked if r[0] >= 0.8 * top and _document(chunks[r[1]][0]) in quoted]
+            _, c, i = (near or ranked)[0]
+            picked.append((c, i))
+    else:
+        ranked = _ranked(question, chunks, relevance, question_kind(question))
+        if ranked:
+            top, c, i = ranked[0]
+            doc = _document(chunks[c][0])
+            picked = [(c, i)]
+            for score, c2, i2 in ranked[1:]:
+                if len(picked) == MAX_SENTENCES:
+                    break
+                if score >= 0.8 * top and _document(chunks[c2][0]) == doc:
+                    picked.append((c2, i2))
+    picked.sort()  # in the order the evidence says them
+    return [(_ended(chunks[c][1][i]), chunks[c][0]) for c, i in picked]
+
+
+#: Where a question asks a second thing: after a question mark, or at ", and" before a
+#: question word.
+_PARTS = re.compile(
+    r"(?<=\?)\s+(?=\S)|,?\s+and\s+(?=(?:when|what|how|who|which|where|is|are|does|do|can|"
+    r"must|should)\b)",
+    re.IGNORECASE,
+)
+
+
+def _parts(question: str) -> list[str]:
+    """The questions ``question`` asks, in order (one, most often)."""
+    parts = [p.strip() for p in _PARTS.split(question) if p.strip()]
+    return parts if len(parts) > 1 else [question]
+
+
+def _ranked(
+    question: str, chunks: list[tuple[str, list[str]]], relevance: Relevance, kind: QuestionKind
+) -> list[tuple[float, int, int]]:
+    """``(score, chunk index, sentence index)`` of every sentence that may answer
+    ``question`` and holds what ``kind`` needs (see :func:`_answering`), best first."""
     read = [[s if i == 0 else f"{ss[0]} {s}" for i, s in enumerate(ss)] for _, ss in chunks]
     terms = TermRelevance()
     by_terms = terms.scores(question, read)
@@ -185,19 +238,8 @@ def _answering(
         for i, (sentence, score) in enumerate(zip(ss, row, strict=True)):
             if score > 0 and not sentence.endswith("?") and has_kind(kind, sentence):
                 ranked.append((score, c, i))
-    if not ranked:
-        return []
     ranked.sort(key=lambda r: (-r[0], r[1], r[2]))
-    best, c, i = ranked[0]
-    doc = _document(chunks[c][0])
-    picked = [(c, i)]
-    for score, c2, i2 in ranked[1:]:
-        if len(picked) == MAX_SENTENCES:
-            break
-        if score >= 0.8 * best and _document(chunks[c2][0]) == doc:
-            picked.append((c2, i2))
-    picked.sort()  # in the order the document says them
-    return [(_ended(chunks[c][1][i]), chunks[c][0]) for c, i in picked]
+    return ranked
 
 
 def _on_topic(

@@ -1,0 +1,55 @@
+"""The extractive responder answers from the sentence that answers, through the protocol a model
+speaks: a system prompt with the validated context lines, the caller's fenced question."""
+
+from __future__ import annotations
+
+from govrag.agent.extractive import ExtractiveResponder
+from govrag.agent.prompts import caller_message, context_block
+from govrag.types import PackChunk
+
+WIRE = (
+    "EU corporate wire limit: EUR 50,000 per day. "
+    "Tier-2 clients require additional approval above EUR 25,000. "
+    "The limit resets at midnight CET."
+)
+RETAIL = "Retail customers may send up to EUR 10,000 per day online."
+CLEAN_DESK = "Staff lock their screens whenever they leave their desk."
+
+
+def chunk(doc: str, text: str) -> PackChunk:
+    return PackChunk(doc_id=doc, chunk_id=f"sp:{doc}#0", corpus="policy", source_system="sp",
+                     text=text, score=1.0, token_count=len(text.split()))  # fmt: skip
+
+
+def answer(question: str, *texts: tuple[str, str]) -> str:
+    system = context_block([chunk(doc, text) for doc, text in texts])
+    messages = [{"role": "system", "content": system},
+                {"role": "user", "content": caller_message(question)}]  # fmt: skip
+    reply = ExtractiveResponder().complete(messages, [])  # type: ignore[arg-type]
+    assert reply.text is not None
+    return reply.text
+
+
+def test_the_heading_that_states_the_answer_is_quoted() -> None:
+    # Every sentence below the heading shares its words; the heading holds the answer.
+    said = answer("What's our wire limit for corporate clients in the EU?",
+                  ("wire", WIRE), ("retail", RETAIL), ("desk", CLEAN_DESK))  # fmt: skip
+    assert said.startswith("EU corporate wire limit: EUR 50,000 per day. [sp:wire#0]")
+    assert "desk" not in said
+
+
+def test_a_question_asking_two_things_gets_both_answers() -> None:
+    said = answer("What is the EU corporate daily wire limit, and when do Tier-2 clients need "
+                  "additional approval?", ("wire", WIRE), ("retail", RETAIL))  # fmt: skip
+    assert "EUR 50,000 per day" in said and "above EUR 25,000" in said
+    assert "Retail" not in said
+
+
+def test_a_second_part_of_pronouns_is_read_as_the_whole_question() -> None:
+    said = answer("Did the EU corporate wire limit change, and what is it?", ("wire", WIRE))
+    assert "EUR 50,000 per day" in said
+
+
+def test_nothing_that_answers_is_said_so() -> None:
+    said = answer("How many days of parental leave do I get?", ("desk", CLEAN_DESK))
+    assert said == "The documents available to me do not answer this question."
