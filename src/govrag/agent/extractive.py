@@ -15,8 +15,8 @@ results), never from the caller's text. It never invents a fact:
   prompt, pack observations in tool messages) that answers the question best, by the
   deployment's relevance (its semantic embedder, else terms) and the question's kind (a
   count, a quantity, a date, a name: the rule validation applies), and the next of the same
-  document when nearly as good, each followed by its chunk id in brackets, or says the
-  evidence does not answer;
+  document when nearly as good (a question asking two things: the best for each), each
+  followed by its chunk id in brackets, or says the evidence does not answer;
 - shown an output schema (:data:`~govrag.agent.prompts.OUTPUT_SCHEMA_MARK`), it fills it from
   the chunks about as relevant to the question as the best one (a review of the Acme contract
   quotes Acme's clauses, not Orbis's): each free-text field with the best sentence not used
