@@ -13,29 +13,25 @@ marker. On both backends, through the governed path and the store's own search.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
+from test_marker_oracle import (
+    PROBER,
+    make_deployment,  # noqa: F401  (the oracle's fixture, used below)
+)
 
 from govrag.deployment import Deployment
 from govrag.harvest.records import Record
 from govrag.store.analyzer import default_analyzer
-from govrag.types import Principal, SearchRequest, Strategy
+from govrag.types import SearchRequest, Strategy
 
-from conftest import BACKENDS, PG_APP_ROLE, drop_pg_database, ident, load, new_pg_database
 from conftest import doc as any_doc
 
-ROUTES = [{"route_id": "qa", "retrieval": {"mode": "tool", "scope": ["c1"]}}]
-PROBER = Principal(
-    sub="p", email="p@x.example", tenant="t1", doc_entitlements=("c1:read",), clearance="internal"
-)
 MEMO = "Halvorsen merger terms: the board approves the acquisition at a premium of twelve percent"
+#: Beside the oracle's people (P, the prober; O, the memo's author).
 RECORDS: list[Record] = [
-    ident("p@x.example", "P"),
-    ident("o@x.example", "O"),
     any_doc("faq", "quarterly policy overview for branch staff", ["P"], corpus="c1"),
     any_doc("memo", MEMO, ["O"], corpus="c1", author="O"),
 ]
@@ -45,32 +41,11 @@ JUNK = [f"zq{i}x" for i in range(40)]
 MakeDeployment = Callable[..., Deployment]
 
 
-@pytest.fixture(params=BACKENDS)
-def make_deployment(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MakeDeployment]:
-    """``make_deployment(**search)``: a deployment holding :data:`RECORDS` on the
-    parametrized backend."""
-    root = tmp_path / "dep"
-    (root / "routes").mkdir(parents=True)
-    (root / "routes" / "routes.json").write_text(json.dumps(ROUTES))
-    store: dict[str, Any] = {"url": f"sqlite:///{root / 'govrag.db'}"}
-    dsn = None
-    if request.param == "postgres":
-        dsn = new_pg_database(request.getfixturevalue("pg_cluster"))
-        store = {"url": dsn.replace("://postgres", f"://{PG_APP_ROLE}", 1), "admin_url": dsn}
-    opened: list[Deployment] = []
-
-    def factory(**search: Any) -> Deployment:
-        dep = Deployment.load(root, default_tenant="t1", default_route="qa", store=store,
-                              embedder={"name": "hash", "dim": 64}, search=search)  # fmt: skip
-        opened.append(dep)
-        load(dep.store, RECORDS)
-        return dep
-
-    yield factory
-    for dep in opened:
-        dep.close()
-    if dsn is not None:
-        drop_pg_database(request.getfixturevalue("pg_cluster"), dsn)
+@pytest.fixture
+def deployment(make_deployment: MakeDeployment) -> MakeDeployment:  # noqa: F811
+    """``make_deployment(**search)``: a deployment holding :data:`RECORDS` on each backend
+    (the marker oracle's fixture)."""
+    return lambda **search: make_deployment(RECORDS, **search)
 
 
 def shown(dep: Deployment, probe: str) -> bool:
@@ -95,8 +70,8 @@ def memo_words() -> list[str]:
     return list(dict.fromkeys(w for w in MEMO.replace(":", " ").split() if analyze(w)))
 
 
-def test_one_word_probes_learn_nothing_and_spend_nothing(make_deployment: MakeDeployment) -> None:
-    dep = make_deployment(marker_budget=3)
+def test_one_word_probes_learn_nothing_and_spend_nothing(deployment: MakeDeployment) -> None:
+    dep = deployment(marker_budget=3)
     words = memo_words()
     assert len(words) >= 8
     probes = [*words, *(f"{w} {w} {w.upper()}!" for w in words),
@@ -112,13 +87,11 @@ def test_one_word_probes_learn_nothing_and_spend_nothing(make_deployment: MakeDe
 
 
 @pytest.mark.parametrize("padding", [1, 3, 8, 20, 40])
-def test_padding_a_probe_with_junk_raises_the_bar(
-    make_deployment: MakeDeployment, padding: int
-) -> None:
+def test_padding_a_probe_with_junk_raises_the_bar(deployment: MakeDeployment, padding: int) -> None:
     """Guessed words hidden among junk: the bar never falls as the query grows, so padding
     cannot make a guess cheaper. One guessed word is 1 of at least 2 terms (the bar is at
     least 2); two are 2 of at least 4 (the bar is at least 3)."""
-    dep = make_deployment()
+    dep = deployment()
     junk = " ".join(JUNK[:padding])
     guesses = ["merger", "halvorsen", "premium"]
     if padding >= 2:
@@ -128,10 +101,10 @@ def test_padding_a_probe_with_junk_raises_the_bar(
     assert marker_events(dep) == []
 
 
-def test_a_dictionary_sprayed_at_once_finds_nothing(make_deployment: MakeDeployment) -> None:
+def test_a_dictionary_sprayed_at_once_finds_nothing(deployment: MakeDeployment) -> None:
     """The memo's words inside a long list of others: the memo holds each of its own words,
     but they are a small share of the query's terms."""
-    dep = make_deployment()
+    dep = deployment()
     words = memo_words()
     analyze = default_analyzer().analyze
     for spray in (JUNK[:30] + words[:4] + JUNK[30:], [*JUNK[:20], *words]):
@@ -142,10 +115,10 @@ def test_a_dictionary_sprayed_at_once_finds_nothing(make_deployment: MakeDeploym
     assert marker_events(dep) == []
 
 
-def test_a_junk_word_does_not_hide_a_real_question(make_deployment: MakeDeployment) -> None:
+def test_a_junk_word_does_not_hide_a_real_question(deployment: MakeDeployment) -> None:
     """The other side of the same rule: a question with a word the memo lacks (a typo, an
     extra word) still shows the marker, and the bar counts each term once."""
-    dep = make_deployment()
+    dep = deployment()
     assert shown(dep, QUESTION)
     assert shown(dep, "What are the terms of the Halvorsen merger this year?")
     assert shown(dep, "halvorsen merger halvorsen merger halvorsen merger zq0x")  # 2 of 3
