@@ -52,7 +52,6 @@ from govrag.validation.answerability import (
 )
 
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9\-]*")
-_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _STOPWORDS = (
     "a an and are as at be by can do does for from have how i in is it me my of on or our "
     "the their this to us was we what when where which who why will with you your"
@@ -269,10 +268,7 @@ def _best_sentences(
     ``(sentence, source id)``."""
     scored: list[tuple[int, int, str, str]] = []
     for order, (source_id, text) in enumerate(sources):
-        for n, sentence in enumerate(_SENTENCE.split(text)):
-            sentence = sentence.strip()
-            if not sentence:
-                continue
+        for n, sentence in enumerate(sentences(text)):
             overlap = len(wanted & terms(sentence)) if wanted is not None else 1
             if overlap >= least:
                 scored.append((-overlap, order * 10_000 + n, sentence, source_id))
@@ -297,7 +293,7 @@ class _Filler:
         self.wanted = frozenset(wanted)
         quoted = sources or ([("", text)] if text else [])
         self.sentences = [(s, cid, frozenset(terms(s))) for cid, t in quoted
-                          for s in (p.strip() for p in _SENTENCE.split(t)) if s]  # fmt: skip
+                          for s in sentences(t)]  # fmt: skip
         # Rarity across chunks: a word every chunk has (its heading's) weighs nothing.
         df: dict[str, int] = {}
         for _, t in quoted:
