@@ -4,9 +4,10 @@ demo deployment, every case through the full governed path with the extractive r
 Their thresholds are targets (issue 31: deny, abstention and hint correctness, fact recall
 >= 0.95, citation precision >= 0.9), not today's figures. The gate here: the governance
 figures hold absolutely (0 leaks, scope violations, injected claims, errors; grounding 1.0),
-and a threshold may be missed only for a figure named in :data:`OPEN_TARGETS`, the quality
-targets bench/RESULTS.md reports as still missed. Reaching every target fails
-``test_every_target_is_met`` (strict xfail): then the list goes. A planted leak or a wrong
+and on ``bank-eu`` every target holds. On the natural suite a threshold may be missed only
+for a figure :data:`OPEN_TARGETS` names for that split, the quality targets bench/RESULTS.md
+reports as still missed. Reaching every target there fails ``test_every_target_is_met``
+(strict xfail): then the list goes. A planted leak or a wrong
 expectation must fail a suite, with exit code 1 and the figure named.
 """
 
@@ -39,13 +40,16 @@ def demo(semantic_demo: Path) -> Path:
     return semantic_demo
 
 
-#: The quality targets still missed on the shipped suites (bench/RESULTS.md (q)); a miss of
-#: any other threshold fails the gate.
-OPEN_TARGETS = frozenset({"abstention_precision", "abstention_recall", "deny_correctness",
-                          "fact_recall"})  # fmt: skip
+#: The quality targets still missed, per suite and split (bench/RESULTS.md (q)); a miss of any
+#: other threshold fails the gate. bank-eu meets every target.
+OPEN_TARGETS: dict[str, frozenset[str]] = {
+    "bank-eu": frozenset(),
+    "dev": frozenset({"abstention_recall", "fact_recall"}),
+    "test": frozenset({"abstention_precision", "abstention_recall", "fact_recall"}),
+}
 
 
-def run_suite(demo: Path, *args: str) -> dict[str, Any]:
+def run_suite(demo: Path, open_targets: frozenset[str], *args: str) -> dict[str, Any]:
     done = cli(demo, *args, "--json")
     assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
     result: dict[str, Any] = json.loads(done.stdout)
@@ -55,21 +59,22 @@ def run_suite(demo: Path, *args: str) -> dict[str, Any]:
         assert overall[figure] == 0, (figure, overall)
     assert overall["grounding_correctness"] in (1.0, None)
     missed = {f.split(": ")[1].split()[0] for f in result["failures"]}
-    assert missed <= OPEN_TARGETS, result["failures"]
+    assert missed <= open_targets, result["failures"]
     return result
 
 
 @pytest.fixture(scope="module")
 def bank_eu(demo: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     report = tmp_path_factory.mktemp("report") / "report.md"
-    result = run_suite(demo, "--suite", "bank-eu", "--report", str(report))
+    result = run_suite(demo, OPEN_TARGETS["bank-eu"], "--suite", "bank-eu", "--report", str(report))
     result["report_text"] = report.read_text()
     return result
 
 
 @pytest.fixture(scope="module")
 def natural(demo: Path) -> dict[str, dict[str, Any]]:
-    return {split: run_suite(demo, "--suite", "bank-eu-natural", "--split", split)
+    return {split: run_suite(demo, OPEN_TARGETS[split], "--suite", "bank-eu-natural",
+                             "--split", split)
             for split in ("dev", "test")}  # fmt: skip
 
 
@@ -85,8 +90,12 @@ def test_the_natural_suite_holds_governance_on_both_splits(
 
 
 @pytest.mark.xfail(strict=True, reason="quality targets still missed: bench/RESULTS.md (q)")
-def test_every_target_is_met(bank_eu: dict[str, Any], natural: dict[str, dict[str, Any]]) -> None:
-    assert bank_eu["passed"] and natural["dev"]["passed"] and natural["test"]["passed"]
+def test_every_target_is_met(natural: dict[str, dict[str, Any]]) -> None:
+    assert natural["dev"]["passed"] and natural["test"]["passed"]
+
+
+def test_the_shipped_suite_meets_every_target(bank_eu: dict[str, Any]) -> None:
+    assert bank_eu["passed"] and not bank_eu["failures"]
 
 
 def test_the_shipped_suite_holds_its_governance_figures(

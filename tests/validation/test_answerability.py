@@ -17,6 +17,7 @@ from govrag.validation.answerability import (
     EmbedderRelevance,
     TermRelevance,
     has_kind,
+    in_context,
     judge,
     question_kind,
     topic_score,
@@ -51,6 +52,23 @@ def test_a_sentence_holds_what_the_kind_needs() -> None:
     assert has_kind("person", "Large wires are approved by the head of payments operations.")
     assert has_kind("person", "Contact marta.ruiz@bank.example for exceptions.")
     assert not has_kind("person", "Transfers are executed on the next business day.")
+    # The digit of an identifier is no quantity or time: the retail policy's pointer to
+    # "policy-wire-limits-v3" outranked its "EUR 15,000 per day" when it counted.
+    assert not has_kind("quantity", "Limits for corporate clients are set in policy-v3.")
+    assert not has_kind("time", "Payments settle in T2 and through SWIFT gpi.")
+    assert has_kind("quantity", "Up to 15 000 per day.")
+
+
+def test_an_faq_answer_is_read_under_its_question() -> None:
+    faq = ["FAQ: SEPA Instant.", "Can I cancel an instant payment?", "No.",
+           "Instant payments cannot be recalled once sent.", "They arrive in seconds."]  # fmt: skip
+    assert in_context(faq) == [
+        "FAQ: SEPA Instant.",
+        "FAQ: SEPA Instant. Can I cancel an instant payment?",  # under the first line
+        "Can I cancel an instant payment? No.",
+        "Can I cancel an instant payment? Instant payments cannot be recalled once sent.",
+        "FAQ: SEPA Instant. They arrive in seconds.",  # no question just before: the heading
+    ]
 
 
 CLEAN_DESK = (

@@ -47,6 +47,7 @@ from govrag.validation.answerability import (
     Relevance,
     TermRelevance,
     has_kind,
+    in_context,
     question_kind,
     sentences,
 )
@@ -160,9 +161,9 @@ def _answering(
     """The sentence that answers ``question`` best, and the next best of the same document
     when it is nearly as good: as ``(sentence, chunk id)``. A sentence must hold what the
     question asks for (a count, a quantity, a date, a name: the same rule validation applies)
-    and is ranked by ``relevance`` (read under its chunk's first line), a fifth of it the
-    question's terms it holds, rare terms weighing most; a question in the evidence (an FAQ's
-    heading) answers nothing. A question that asks two things ("the daily limit, and when
+    and is ranked by ``relevance`` (read in context, as validation reads it), a fifth of it
+    the question's terms it holds, rare terms weighing most; a question in the evidence (an
+    FAQ's heading) answers nothing. A question that asks two things ("the daily limit, and when
     does a Tier-2 client need a second signatory?") gets the best sentence for each."""
     chunks = [(cid, sentences(text)) for cid, text in sources]
     chunks = [(cid, ss) for cid, ss in chunks if ss]
@@ -218,7 +219,7 @@ def _ranked(
 ) -> list[tuple[float, int, int]]:
     """``(score, chunk index, sentence index)`` of every sentence that may answer
     ``question`` and holds what ``kind`` needs (see :func:`_answering`), best first."""
-    read = [[s if i == 0 else f"{ss[0]} {s}" for i, s in enumerate(ss)] for _, ss in chunks]
+    read = [in_context(ss) for _, ss in chunks]
     terms = TermRelevance()
     by_terms = terms.scores(question, read)
     if isinstance(relevance, TermRelevance):

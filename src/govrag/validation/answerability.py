@@ -77,7 +77,6 @@ _ROLE_WORDS = _words(
     "hr treasury auditor auditors controller reviewer reviewers signatory signatories "
     "client clients customer customers colleague colleagues line person contact"
 )
-_DIGIT = re.compile(r"\d")
 _NUMBER = re.compile(r"(?<![\w.,])\d[\d,.]*")
 #: A currency just before a number, read backwards from it ("EUR 5" is "5 RUE" reversed).
 _AMOUNT = re.compile(r"\s*(RUE|PBG|FHC|DSU|[€$£])", re.IGNORECASE)
@@ -109,10 +108,12 @@ def has_kind(kind: QuestionKind, sentence: str) -> bool:
         # much", never "how many times".
         return any(not _AMOUNT.match(sentence[: m.start()][::-1]) for m in _NUMBER.finditer(
             sentence)) or any(w in _NUMBER_WORDS for w in words)  # fmt: skip
+    # A number standing alone: the digit of an identifier ("policy-wire-limits-v3", "T2")
+    # is no quantity or time.
     if kind == "quantity":
-        return bool(_DIGIT.search(sentence)) or any(w in _NUMBER_WORDS for w in words)
+        return bool(_NUMBER.search(sentence)) or any(w in _NUMBER_WORDS for w in words)
     if kind == "time":
-        return bool(_DIGIT.search(sentence)) or any(w in _TIME_WORDS for w in words)
+        return bool(_NUMBER.search(sentence)) or any(w in _TIME_WORDS for w in words)
     # person: an address, a role, or a proper name (a capitalised word not opening it).
     if _EMAIL.search(sentence) or any(w in _ROLE_WORDS for w in words):
         return True
@@ -123,6 +124,22 @@ def has_kind(kind: QuestionKind, sentence: str) -> bool:
 def sentences(text: str) -> list[str]:
     """The sentences (and heading lines) of ``text``, stripped, blank ones dropped."""
     return [s.strip() for s in _SENTENCE.split(text) if s.strip()]
+
+
+def in_context(text: list[str]) -> list[str]:
+    """Each sentence of ``text`` (its sentences) as relevance reads it: under the question
+    just before it when there is one (an FAQ's "Can I cancel an instant payment? No. Instant
+    payments cannot be recalled": the answer says little without its question), else under
+    the text's first line (a heading or opening sentence: "EUR 50,000 per day." says little
+    alone). The first line is read alone."""
+    out = []
+    for i, sentence in enumerate(text):
+        asked = next((text[j] for j in (i - 1, i - 2) if j >= 0 and text[j].endswith("?")), None)
+        if asked is not None:
+            out.append(f"{asked} {sentence}")
+        else:
+            out.append(sentence if i == 0 else f"{text[0]} {sentence}")
+    return out
 
 
 class Relevance(Protocol):
@@ -158,11 +175,11 @@ class TermRelevance:
 
 
 class EmbedderRelevance:
-    """Half the cosine of the question and the sentence read under its text's first line (a
-    heading or opening sentence: "EUR 50,000 per day." says little alone), half the cosine of
-    the question and the whole text; negative cosines count as 0. Calibrated against sentence
-    alone, text alone, their maximum and term blends on the suites' dev split, this separated
-    answering from non-answering evidence best (docs/eval.md)."""
+    """Half the cosine of the question and the sentence read in context (:func:`in_context`),
+    half the cosine of the question and the whole text; negative cosines count as 0.
+    Calibrated against sentence alone, text alone, their maximum and term blends on the
+    suites' dev split, this separated answering from non-answering evidence best
+    (docs/eval.md)."""
 
     def __init__(self, embedder: Embedder, *, cached: int = 8192) -> None:
         self.embedder = embedder
@@ -174,7 +191,7 @@ class EmbedderRelevance:
             return [[] for _ in texts]
         q = self.embedder.embed_query(question)
         whole = [" ".join(t) for t in texts]
-        read = [s if i == 0 else f"{t[0]} {s}" for t in texts for i, s in enumerate(t)]
+        read = [r for t in texts for r in in_context(t)]
         vectors = self._vectors.embed(self.embedder, whole + read)
         cos = [max(0.0, float(x)) for x in np.asarray(vectors @ q, dtype=np.float64)]
         out: list[list[float]] = []
