@@ -105,7 +105,7 @@ class ExtractiveResponder:
         schema = _output_schema(system)
         if schema is not None:
             sources = _on_topic(question, list(_evidence(messages)), self.relevance)
-            filler = _Filler(terms(question), sources, text)
+            filler = _Filler(question, sources, text, self.relevance)
             shaped = filler.value(schema, frozenset())
             return LlmReply(text=json.dumps(shaped, ensure_ascii=False), model=self.name)
         return LlmReply(text=self._answer(messages, question, text), model=self.name)
@@ -286,15 +286,21 @@ def _ended(sentence: str) -> str:
 
 
 class _Filler:
-    """Fills an output schema from the evidence (see the module docstring). Fields rank
-    sentences by the shared words that are rare across the chunks (a word of every chunk's
-    heading says nothing about which sentence a field wants)."""
+    """Fills an output schema from the evidence (see the module docstring). A field takes
+    the sentence most relevant to the question (as :func:`_answering` ranks them), plus half
+    the share it holds of the words of the field's name and description, rare words across
+    the chunks weighing most (a word of every chunk's heading says nothing about which
+    sentence a field wants)."""
 
-    def __init__(self, wanted: set[str], sources: list[tuple[str, str]], text: str) -> None:
-        self.wanted = frozenset(wanted)
+    def __init__(
+        self, question: str, sources: list[tuple[str, str]], text: str, relevance: Relevance
+    ) -> None:
         quoted = sources or ([("", text)] if text else [])
-        self.sentences = [(s, cid, frozenset(terms(s))) for cid, t in quoted
-                          for s in sentences(t)]  # fmt: skip
+        chunks = [(cid, ss) for cid, ss in ((c, sentences(t)) for c, t in quoted) if ss]
+        self.sentences = [(s, cid, frozenset(terms(s))) for cid, ss in chunks for s in ss]
+        by_place = {(c, i): score for score, c, i in _ranked(question, chunks, relevance, "open")}
+        self.relevant = [by_place.get((c, i), 0.0) for c, (_, ss) in enumerate(chunks)
+                         for i in range(len(ss))]  # fmt: skip
         # Rarity across chunks: a word every chunk has (its heading's) weighs nothing.
         df: dict[str, int] = {}
         for _, t in quoted:
@@ -335,14 +341,13 @@ class _Filler:
         return None
 
     def prose(self, hint: frozenset[str], longest: Any) -> str:
-        """The best sentence not used yet (else the best) for the question and ``hint``,
-        cited; the question's words count double."""
+        """The best sentence not used yet (else the best) for the question and ``hint``
+        (the field's words), cited."""
+        within = sum(self.weight.get(t, 0.0) for t in hint) or 1.0
 
         def score(i: int) -> float:
-            seen = self.sentences[i][2]
-            return sum(self.weight[t] for t in seen & self.wanted) * 2 + sum(
-                self.weight[t] for t in seen & hint
-            )
+            held = sum(self.weight[t] for t in self.sentences[i][2] & hint)
+            return self.relevant[i] + 0.5 * held / within
 
         ranked = sorted(range(len(self.sentences)), key=lambda i: (-score(i), i))
         shown = {i: self._cited(i) for i in ranked}
