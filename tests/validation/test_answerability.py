@@ -16,13 +16,12 @@ from govrag.validation import Validator
 from govrag.validation.answerability import (
     EmbedderRelevance,
     TermRelevance,
-    has_kind,
     in_context,
     judge,
-    question_kind,
     topic_score,
     without_names,
 )
+from govrag.validation.questions import has_kind, question_kind
 
 
 @pytest.mark.parametrize(

@@ -42,15 +42,8 @@ from govrag.agent.prompts import (
     QUERY_FORMULATION_MARK,
     caller_parts,
 )
-from govrag.validation.answerability import (
-    QuestionKind,
-    Relevance,
-    TermRelevance,
-    has_kind,
-    in_context,
-    question_kind,
-    sentences,
-)
+from govrag.validation.answerability import Relevance, TermRelevance, in_context, sentences
+from govrag.validation.questions import ANYTHING, Asked, asked, fits
 
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9\-]*")
 _STOPWORDS = (
@@ -174,7 +167,7 @@ def _answering(
             # "... , and what is it now?": a part of pronouns is read as the whole question,
             # asking for what the part's kind needs.
             read_as = part if len(terms(part)) >= 2 else question
-            ranked = [r for r in _ranked(read_as, chunks, relevance, question_kind(part))
+            ranked = [r for r in _ranked(read_as, chunks, relevance, asked(part))
                       if (r[1], r[2]) not in picked]  # fmt: skip
             if not ranked:
                 continue
@@ -185,7 +178,7 @@ def _answering(
             _, c, i = (near or ranked)[0]
             picked.append((c, i))
     else:
-        ranked = _ranked(question, chunks, relevance, question_kind(question))
+        ranked = _ranked(question, chunks, relevance, asked(question))
         if ranked:
             top, c, i = ranked[0]
             doc = _document(chunks[c][0])
@@ -215,10 +208,10 @@ def _parts(question: str) -> list[str]:
 
 
 def _ranked(
-    question: str, chunks: list[tuple[str, list[str]]], relevance: Relevance, kind: QuestionKind
+    question: str, chunks: list[tuple[str, list[str]]], relevance: Relevance, need: Asked
 ) -> list[tuple[float, int, int]]:
     """``(score, chunk index, sentence index)`` of every sentence that may answer
-    ``question`` and holds what ``kind`` needs (see :func:`_answering`), best first."""
+    ``question`` and has what ``need`` asks for (see :func:`_answering`), best first."""
     read = [in_context(ss) for _, ss in chunks]
     terms = TermRelevance()
     by_terms = terms.scores(question, read)
@@ -235,8 +228,9 @@ def _ranked(
               for mr, tr in zip(by_model, by_terms, strict=True)]  # fmt: skip
     ranked: list[tuple[float, int, int]] = []
     for c, ((_, ss), row) in enumerate(zip(chunks, scores, strict=True)):
+        text = " ".join(ss)
         for i, (sentence, score) in enumerate(zip(ss, row, strict=True)):
-            if score > 0 and not sentence.endswith("?") and has_kind(kind, sentence):
+            if score > 0 and not sentence.endswith("?") and fits(need, sentence, text):
                 ranked.append((score, c, i))
     ranked.sort(key=lambda r: (-r[0], r[1], r[2]))
     return ranked
@@ -298,7 +292,7 @@ class _Filler:
         quoted = sources or ([("", text)] if text else [])
         chunks = [(cid, ss) for cid, ss in ((c, sentences(t)) for c, t in quoted) if ss]
         self.sentences = [(s, cid, frozenset(terms(s))) for cid, ss in chunks for s in ss]
-        by_place = {(c, i): score for score, c, i in _ranked(question, chunks, relevance, "open")}
+        by_place = {(c, i): score for score, c, i in _ranked(question, chunks, relevance, ANYTHING)}
         self.relevant = [by_place.get((c, i), 0.0) for c, (_, ss) in enumerate(chunks)
                          for i in range(len(ss))]  # fmt: skip
         # Rarity across chunks: a word every chunk has (its heading's) weighs nothing.

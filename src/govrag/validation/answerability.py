@@ -10,11 +10,13 @@ sentence of evidence:
   of the question's content terms the sentence holds (weights from the evidence's own
   sentences: a term no sentence holds weighs most, so a question about something the
   evidence never mentions scores low however many common words it shares);
-- the question's **kind**: *how many* questions need a count, *how much / how long* a quantity,
-  *when* questions a date or time, *who* questions a name, a role or an address. A relevant
-  sentence that has none of what was asked does not answer it.
+- what the question **asks for** (:mod:`govrag.validation.questions`): *how many* questions
+  need a count, *how much / how long* a quantity, *when* questions a date or time, *who*
+  questions a name, a role or an address, *why* questions a cause; a question about an
+  earlier state a sentence that speaks of one, a question naming a year a text that names
+  it. A relevant sentence that has none of what was asked does not answer it.
 
-The answer score is the best relevance of a sentence that has what the question's kind needs;
+The answer score is the best relevance of a sentence that has what the question needs;
 validation passes it against a threshold (``[validation] min_answer_score`` for embeddings,
 ``min_answer_coverage`` for terms), calibrated on the dev split of the bundled suites
 (docs/eval.md). Everything here reads only the question and the evidence handed in.
@@ -28,97 +30,15 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from govrag.embed.base import Embedder
 from govrag.store.analyzer import default_analyzer
+from govrag.validation.questions import QuestionKind, asked, fits
 
-#: What a question asks for: a quantity, a date or time, a person (or role), or anything.
-QuestionKind = Literal["count", "quantity", "time", "person", "open"]
-
-_COUNT = re.compile(r"\bhow\s+many\b|\bnumber\s+of\b", re.IGNORECASE)
-_QUANTITY = re.compile(
-    r"\bhow\s+(much|long|often|far|large|big|high|low|fast|quickly|soon|old)\b"
-    r"|\b(what|which)(?:'s|\s+is|\s+are|\s+was)?\s+(?:the\s+|our\s+|my\s+|a\s+)?"
-    r"(?:[\w-]+\s+){0,4}?(limit|limits|amount|cap|threshold|fee|fees|rate|percentage|"
-    r"number|maximum|minimum|ceiling|price|cost|value|level|period)\b",
-    re.IGNORECASE,
-)
-_TIME = re.compile(
-    r"^\W*when\b|\bby\s+when\b|\bwhat\s+(time|date|day)\b|\bcut-?off\s+time\b|\bdeadline\b",
-    re.IGNORECASE,
-)
-_PERSON = re.compile(r"^\W*(who|whom|whose)\b|\bwho\s+(must|should|can|may|do|does|to)\b",
-                     re.IGNORECASE)  # fmt: skip
-
-
-def _words(text: str) -> frozenset[str]:
-    return frozenset(text.split())
-
-
-_NUMBER_WORDS = _words(
-    "one two three four five six seven eight nine ten eleven twelve fifteen twenty "
-    "thirty forty fifty hundred thousand million billion half quarter double twice once "
-    "single dozen"
-)
-_TIME_WORDS = _words(
-    "january february march april may june july august september october november "
-    "december monday tuesday wednesday thursday friday saturday sunday noon midday "
-    "midnight immediately promptly annually yearly monthly weekly daily quarterly before "
-    "after within until during end beginning start today tomorrow"
-)
-_ROLE_WORDS = _words(
-    "head heads officer officers manager managers director directors team teams "
-    "committee board desk department compliance supervisor approver approvers owner "
-    "owners counsel staff employee employees analyst analysts investigator investigators "
-    "lead chief ceo cfo cro mlro coo cto ciso function unit office operations risk legal "
-    "hr treasury auditor auditors controller reviewer reviewers signatory signatories "
-    "client clients customer customers colleague colleagues line person contact"
-)
-_NUMBER = re.compile(r"(?<![\w.,])\d[\d,.]*")
-#: A currency just before a number, read backwards from it ("EUR 5" is "5 RUE" reversed).
-_AMOUNT = re.compile(r"\s*(RUE|PBG|FHC|DSU|[€$£])", re.IGNORECASE)
-_EMAIL = re.compile(r"[\w.+-]+@[\w-]+\.[\w.-]+")
-_WORD = re.compile(r"[A-Za-z][A-Za-z'-]*")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
-
-
-def question_kind(question: str) -> QuestionKind:
-    """What ``question`` asks for (the first that applies: time, person, count, quantity)."""
-    if _TIME.search(question):
-        return "time"
-    if _PERSON.search(question):
-        return "person"
-    if _COUNT.search(question):
-        return "count"
-    if _QUANTITY.search(question):
-        return "quantity"
-    return "open"
-
-
-def has_kind(kind: QuestionKind, sentence: str) -> bool:
-    """Whether ``sentence`` holds what a question of ``kind`` needs."""
-    if kind == "open":
-        return True
-    words = [w.lower() for w in _WORD.findall(sentence)]
-    if kind == "count":
-        # A count is a number of things, not a sum of money: "EUR 50,000" answers "how
-        # much", never "how many times".
-        return any(not _AMOUNT.match(sentence[: m.start()][::-1]) for m in _NUMBER.finditer(
-            sentence)) or any(w in _NUMBER_WORDS for w in words)  # fmt: skip
-    # A number standing alone: the digit of an identifier ("policy-wire-limits-v3", "T2")
-    # is no quantity or time.
-    if kind == "quantity":
-        return bool(_NUMBER.search(sentence)) or any(w in _NUMBER_WORDS for w in words)
-    if kind == "time":
-        return bool(_NUMBER.search(sentence)) or any(w in _TIME_WORDS for w in words)
-    # person: an address, a role, or a proper name (a capitalised word not opening it).
-    if _EMAIL.search(sentence) or any(w in _ROLE_WORDS for w in words):
-        return True
-    names = _WORD.findall(sentence)[1:]
-    return any(w[0].isupper() and not w.isupper() for w in names)
 
 
 def sentences(text: str) -> list[str]:
@@ -265,17 +185,17 @@ def without_names(question: str, corpora: Iterable[str]) -> str:
 
 def judge(question: str, texts: Sequence[str], relevance: Relevance) -> Judgement:
     """How well the evidence ``texts`` answers ``question``."""
-    kind = question_kind(question)
-    split = [t for t in (sentences(text) for text in texts) if t]
+    need = asked(question)
+    split = [(text, ss) for text, ss in ((t, sentences(t)) for t in texts) if ss]
     if not split:
-        return Judgement(kind, None, None, relevance.name)
-    scored = relevance.scores(question, split)
-    fitting = [(score, s) for text, scores in zip(split, scored, strict=True)
-               for s, score in zip(text, scores, strict=True) if has_kind(kind, s)]  # fmt: skip
+        return Judgement(need.kind, None, None, relevance.name)
+    scored = relevance.scores(question, [ss for _, ss in split])
+    fitting = [(score, s) for (text, ss), scores in zip(split, scored, strict=True)
+               for s, score in zip(ss, scores, strict=True) if fits(need, s, text)]  # fmt: skip
     if not fitting:
-        return Judgement(kind, None, None, relevance.name)
+        return Judgement(need.kind, None, None, relevance.name)
     score, best = max(fitting, key=lambda x: x[0])
-    return Judgement(kind, round(score, 4), best, relevance.name)
+    return Judgement(need.kind, round(score, 4), best, relevance.name)
 
 
 def topic_score(question: str, corpus: str, description: str, relevance: Relevance) -> float:
