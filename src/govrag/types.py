@@ -355,6 +355,10 @@ class SearchRequest(Frozen):
     query_expansion: QueryExpansion = QueryExpansion.NONE
     #: The gateway drops candidates scoring below this (write-back overlay hits included).
     min_score: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
+    #: The words the hidden-item marker judges, when not the query's: a governed answer's
+    #: caller question, while its model searches in words of its own (the hint a person
+    #: gets is about what the person asked, whatever model runs).
+    marker_query: Annotated[str, StringConstraints(max_length=4096)] | None = None
 
     @field_validator("query")
     @classmethod
@@ -362,6 +366,13 @@ class SearchRequest(Frozen):
         _check_text(value, "query")
         if not value.strip():
             raise ValueError("query is blank; pass some words to search for")
+        return value
+
+    @field_validator("marker_query")
+    @classmethod
+    def _check_marker_query(cls, value: str | None) -> str | None:
+        if value is not None:
+            _check_text(value, "marker_query")
         return value
 
 

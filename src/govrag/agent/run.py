@@ -232,7 +232,9 @@ class Run:
         """PEP-gate each proposal, then validate the ALLOWed packs together; only a passing
         validation turns them into evidence. ``query_of`` makes the search query only after
         the ALLOW (a workflow's query formulation: a denied stage costs no model call)."""
-        request = SearchRequest(query=self.question, strategy=self.strategy, top_k=self.top_k)
+        # The marker judges the caller's question, whatever words the model searches with.
+        request = SearchRequest(query=self.question, strategy=self.strategy, top_k=self.top_k,
+                                marker_query=self.question)  # fmt: skip
         done: list[tuple[Proposal, CorpusDecision, ContextPack | None]] = []
         searched: dict[int, str] = {}  # proposal index -> the query made for it
         for index, proposal in enumerate(proposals):

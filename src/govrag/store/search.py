@@ -20,7 +20,9 @@ security argument:
    several content words, so a share of them, not every one, makes them raise it). Whether
    a document counts depends on that document and the query alone, never on scores, ranks,
    statistics or other documents, whatever the strategy. A request with caller filters gets
-   no marker: metadata never selects a hidden candidate.
+   no marker: metadata never selects a hidden candidate. A request may name other words for
+   the marker to judge than its query (``marker_query``: a governed answer's caller question
+   while its model searches in words of its own); the rule is the same on those words.
 """
 
 from __future__ import annotations
@@ -251,7 +253,9 @@ def run_search(
     hidden = HiddenMarker()
     marker: Future[HiddenMarker] | None = None
     if backend.search_settings.hidden_marker and not request.filters:
-        marker_args = (backend, scope, request, terms)
+        judged = terms if request.marker_query is None else default_analyzer().analyze(
+            request.marker_query)  # fmt: skip
+        marker_args = (backend, scope, request, judged)
         if backend.concurrent_marker:
             marker = _marker_pool().submit(_hidden_marker, *marker_args)
         else:
