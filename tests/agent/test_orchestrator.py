@@ -535,3 +535,27 @@ def test_a_withheld_answer_leaves_none_of_the_models_words_with_the_caller(
     (claim,) = answer.as_dict()["claims"]["claims"]
     assert claim["sentence_sha256"] == sha256(invented.encode()).hexdigest()
     assert (claim["supported"], claim["reason"], claim["unknown"]) == (False, "forged_citation", 1)
+
+
+def test_a_workflow_stage_is_judged_with_what_the_earlier_stages_found(dep: Deployment) -> None:
+    """The playbook does not name the supplier a review asks about: alone, its pack would not
+    answer the question; beside the clause the review found, it is the bank's position on
+    it, and the memo gets it. The validation record says what answerability read."""
+    spy_on(dep)
+    question = "What does clause 9 of the Acme MSA say on limitation of liability?"
+    answer = ask(dep, "counsel", question, route_id="msa")
+    assert not answer.abstained
+    assert [p.corpus for p in answer.packs] == ["clause-index", "legal-playbook"]
+    checks = [e.payload for e in dep.store.audit_events("t1", request_id=answer.request_id)
+              if e.kind == "validation"]  # fmt: skip
+    assert [c["validation_passed"] for c in checks] == [True, True]
+    assert [c["sufficiency"]["prior_chunks"] for c in checks] == [0, 1]
+    # The same pack judged alone does not answer: the earlier stage's evidence is what
+    # carries it.
+    playbook = answer.packs[1]
+    alone = dep.governed.validator.validate(
+        dep.principal("counsel"), question, [playbook], scope=["clause-index", "legal-playbook"],
+        allowed_corpora=["legal-playbook"], request_id="req-alone", session_id="s-alone",
+    )  # fmt: skip
+    assert not alone.validation_passed and alone.reason == "off_topic"
+    check_replay(dep, answer)

@@ -304,11 +304,12 @@ class GovernedSearch:
         request_id: str,
         *,
         before_synthesis: bool = True,
+        prior: Sequence[str] = (),
     ) -> tuple[ValidationReport, list[ContextPack]]:
         """The validation gate over ``packs``: the corpora ALLOWed in ``decisions`` are the
         caller's entitlements, the session's pinned scope the route's. Returns the report
         and the packs as they may be handed out: after a scope violation, none of their
-        chunks (the incident is on record). ``before_synthesis``: see
+        chunks (the incident is on record). ``before_synthesis`` and ``prior``: see
         :meth:`~govrag.validation.Validator.validate`."""
         report = self.validator.validate(
             principal,
@@ -319,6 +320,7 @@ class GovernedSearch:
             request_id=request_id,
             session_id=session.session_id,
             before_synthesis=before_synthesis,
+            prior=prior,
         )
         if report.scope_violation_count:
             return report, [p.model_copy(update={"chunks": ()}) for p in packs]

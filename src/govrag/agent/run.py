@@ -227,11 +227,17 @@ class Run:
 
     # -- retrieval ---------------------------------------------------------------------------
     def retrieve(
-        self, proposals: Sequence[Proposal], *, query_of: Callable[[], str] | None = None
+        self,
+        proposals: Sequence[Proposal],
+        *,
+        query_of: Callable[[], str] | None = None,
+        with_evidence: bool = False,
     ) -> list[Retrieved]:
         """PEP-gate each proposal, then validate the ALLOWed packs together; only a passing
         validation turns them into evidence. ``query_of`` makes the search query only after
-        the ALLOW (a workflow's query formulation: a denied stage costs no model call)."""
+        the ALLOW (a workflow's query formulation: a denied stage costs no model call).
+        ``with_evidence``: answerability reads the packs beside the evidence validated so far
+        (a workflow's stage, which the route, not the model, names)."""
         # The marker judges the caller's question, whatever words the model searches with.
         request = SearchRequest(query=self.question, strategy=self.strategy, top_k=self.top_k,
                                 marker_query=self.question)  # fmt: skip
@@ -275,6 +281,7 @@ class Run:
                 self.session,
                 [d for _, d, _ in done],
                 self.request_id,
+                prior=[c.text for _, c in self.evidence] if with_evidence else (),
             )
             self.validations.append(report)
             self.packs.extend(packs)

@@ -64,6 +64,9 @@ def run_workflow(
                     [Proposal(tool=tool.name, action=tool.pdp_action, corpus=corpus,
                               query=run.question, risk_tier=tool.risk_tier)],
                     query_of=query_of if ask_model else None,
+                    # Judged with what the earlier stages found: the playbook's position
+                    # answers a contract review beside the clauses, never alone.
+                    with_evidence=True,
                 )  # fmt: skip
                 note.update(
                     {

@@ -91,6 +91,7 @@ class Validator:
         request_id: str,
         session_id: str,
         before_synthesis: bool = True,
+        prior: Sequence[str] = (),
     ) -> ValidationReport:
         """Check every context pack of a request against the user's original question.
 
@@ -102,11 +103,17 @@ class Validator:
         judged by the deployment's relevance (an embedder pass over every sentence). A search
         or a retrieve that hands chunks to the caller judges it by terms (no model runs on a
         search: a keyword lookup stays milliseconds).
+
+        ``prior``: the texts of chunks validated earlier in the request (a workflow's earlier
+        stages). Answerability and term coverage read them beside the packs: a stage the
+        workflow names contributes to an answer the request's evidence gives together (the
+        bank's playbook position does not name the supplier a review asks about). Every
+        other check is of the packs alone, and at least one chunk of theirs is needed.
         """
         relevance = self.relevance if before_synthesis else _TERMS
         try:
             report = self._check(question, packs, _corpora(scope), _corpora(allowed_corpora),
-                                 relevance)  # fmt: skip
+                                 relevance, prior)  # fmt: skip
         except Exception:
             # Fail closed: an unvalidated pack must never reach synthesis, and the caller must
             # not mistake an exception for "no verdict".
@@ -131,6 +138,7 @@ class Validator:
         scope: frozenset[str],
         allowed: frozenset[str],
         relevance: Relevance,
+        prior: Sequence[str],
     ) -> ValidationReport:
         violations: list[ScopeViolation] = []
         attribution: list[Attribution] = []
@@ -157,7 +165,7 @@ class Validator:
                             reason=why,
                         )
                     )
-        sufficiency = self._sufficiency(question, packs, scope, relevance)
+        sufficiency = self._sufficiency(question, packs, scope, relevance, prior)
         reason = _reason(violations, sufficiency, self.settings)
         passed = reason is None
         return ValidationReport(
@@ -175,6 +183,7 @@ class Validator:
         packs: Sequence[ContextPack],
         scope: frozenset[str],
         relevance: Relevance,
+        prior: Sequence[str] = (),
     ) -> Sufficiency:
         s = self.settings
         chunks = [c for p in packs for c in p.chunks]
@@ -184,15 +193,15 @@ class Validator:
         top = max(finite) if finite else None
         analyzer = default_analyzer()
         wanted = set(analyzer.analyze(question))
+        texts = [c.text for c in chunks] + ([*prior] if chunks else [])
         if wanted:
             present: set[str] = set()
-            for c in chunks:
-                present.update(analyzer.analyze(c.text))
+            for text in texts:
+                present.update(analyzer.analyze(text))
             coverage = len(wanted & present) / len(wanted)
         else:
             coverage = 1.0  # nothing to cover (a question of stopwords only)
-        judged = judge(without_names(question, sorted(scope)), [c.text for c in chunks],
-                       relevance)  # fmt: skip
+        judged = judge(without_names(question, sorted(scope)), texts, relevance)
         # A term score and a cosine are on different scales: each has its own threshold.
         least = s.min_answer_coverage if judged.method == "terms" else s.min_answer_score
         sufficient = (
@@ -217,6 +226,7 @@ class Validator:
             answer_score=judged.answer_score,
             min_answer_score=least,
             relevance=judged.method,
+            prior_chunks=len(texts) - len(chunks),
         )
 
     def _record(

@@ -30,6 +30,10 @@ class SufficiencyRecord(Record):
     answer_score: float | None = None
     min_answer_score: float | None = None
     relevance: str | None = None
+    #: Chunks validated earlier in the request that answerability read beside these packs
+    #: (a workflow's earlier stages: the playbook stage of a contract review is judged with
+    #: the clauses the review found, not alone).
+    prior_chunks: int = 0
 
 
 class ValidationEvent(AuditEventBase):
