@@ -8,6 +8,8 @@ on them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from govrag.embed.hashing import HashEmbedder
@@ -15,6 +17,7 @@ from govrag.types import ContextPack, PackChunk, Principal
 from govrag.validation import Validator
 from govrag.validation.answerability import (
     EmbedderRelevance,
+    Relevance,
     TermRelevance,
     in_context,
     judge,
@@ -214,3 +217,36 @@ def test_a_search_judges_by_terms_and_an_answer_by_the_deployments_relevance() -
     assert run(False) == (True, None, "terms")
     # Before synthesis the deployment's relevance judges; its failure fails closed.
     assert run(True) == (False, "validation_error", None)
+
+
+class Fixed:
+    """A semantic relevance stand-in: every sentence scores ``value``."""
+
+    name = "embedder:fixed"
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def scores(self, question: str, texts: Sequence[list[str]]) -> list[list[float]]:
+        return [[self.value for _ in text] for text in texts]
+
+
+def test_a_paraphrase_is_held_to_its_words_only_where_words_judge() -> None:
+    """ "Bought by someone else" asks about a change of control: the evidence shares almost
+    none of its words. Judged by terms, that is off topic; judged by a semantic relevance,
+    the relevance decides, and the question's words are no gate."""
+    question = "Can we get out of the deal if the supplier is bought by someone else?"
+    clause = "18.4 No other termination rights apply, including on a change of control."
+
+    def run(relevance: Relevance, before_synthesis: bool = True) -> tuple[bool, str | None]:
+        report = Validator(relevance=relevance).validate(
+            ANA, question, [pack(clause)], scope=["c"], allowed_corpora=["c"],
+            request_id="r", session_id="s", before_synthesis=before_synthesis,
+        )  # fmt: skip
+        assert report.sufficiency.query_coverage < 0.3
+        return report.validation_passed, report.reason
+
+    assert run(TermRelevance()) == (False, "off_topic")
+    assert run(Fixed(0.9)) == (True, None)
+    assert run(Fixed(0.1)) == (False, "unanswered")  # the relevance still decides
+    assert run(Fixed(0.9), before_synthesis=False) == (False, "off_topic")  # a search: terms

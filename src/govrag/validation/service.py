@@ -203,14 +203,17 @@ class Validator:
             coverage = 1.0  # nothing to cover (a question of stopwords only)
         judged = judge(without_names(question, sorted(scope)), texts, relevance)
         # A term score and a cosine are on different scales: each has its own threshold.
-        least = s.min_answer_coverage if judged.method == "terms" else s.min_answer_score
+        by_terms = judged.method == "terms"
+        least = s.min_answer_coverage if by_terms else s.min_answer_score
         sufficient = (
             # Zero chunks is never sufficient, whatever min_chunks says: nothing to ground on.
             len(chunks) > 0
             and len(chunks) >= s.min_chunks
             and top is not None
             and top >= s.min_top_score
-            and coverage >= s.min_query_coverage
+            # A paraphrase shares few of the evidence's words: the question's words bound
+            # only what is judged by words.
+            and (coverage >= s.min_query_coverage or not by_terms)
             # A threshold of 0 turns the answerability gate off (the operator's choice).
             and (least == 0.0 or (judged.answer_score is not None and judged.answer_score >= least))
         )
@@ -313,7 +316,10 @@ def _reason(
         or sufficiency.top_score < s.min_top_score
     ):
         return THIN_EVIDENCE
-    if sufficiency.query_coverage < s.min_query_coverage:
+    if sufficiency.query_coverage < s.min_query_coverage and sufficiency.relevance in (
+        None,
+        "terms",
+    ):
         return OFF_TOPIC
     if not sufficiency.sufficient:
         return UNANSWERED
