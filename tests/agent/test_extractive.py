@@ -3,8 +3,10 @@ speaks: a system prompt with the validated context lines, the caller's fenced qu
 
 from __future__ import annotations
 
+import json
+
 from govrag.agent.extractive import ExtractiveResponder
-from govrag.agent.prompts import caller_message, context_block
+from govrag.agent.prompts import caller_message, context_block, structured
 from govrag.types import PackChunk
 
 WIRE = (
@@ -53,3 +55,41 @@ def test_a_second_part_of_pronouns_is_read_as_the_whole_question() -> None:
 def test_nothing_that_answers_is_said_so() -> None:
     said = answer("How many days of parental leave do I get?", ("desk", CLEAN_DESK))
     assert said == "The documents available to me do not answer this question."
+
+
+ACME = ("Acme MSA, supplier draft v4, clause S3.\n\n"
+        "Availability target: 99.5% per calendar month.\n\n"
+        "Service credits are the sole remedy for service level failures.")  # fmt: skip
+ORBIS = ("Orbis MSA, executed 2025, clause 7.\n\n"
+         "Availability target: 99.95% per month for the ledger service.\n\n"
+         "Orbis pays credits of 10% of the monthly fee.")  # fmt: skip
+PLAYBOOK = ("Negotiation playbook: service levels.\n\n"
+            "Preferred position: availability of at least 99.9% for critical services.\n\n"
+            "Walk-away: service credits as the sole remedy.")  # fmt: skip
+MEMO = {"type": "object", "required": ["summary", "clause", "playbook_position"],
+        "properties": {
+            "summary": {"type": "string", "description": "What the supplier's draft says."},
+            "clause": {"type": "string", "description": "The supplier draft clause."},
+            "playbook_position": {
+                "type": "string",
+                "description": "The playbook position: preferred or walk-away."}}}  # fmt: skip
+
+
+def test_a_memo_quotes_each_corpus_on_topic_and_never_a_heading() -> None:
+    """A review of Acme's uptime quotes Acme's clause (not Orbis's, which shares its words)
+    and the playbook's position (which reads less like the question than the clause does),
+    and no field is filled with a chunk's heading line."""
+    clauses, playbook = {"corpus": "clause-index"}, {"corpus": "legal-playbook"}
+    chunks = [chunk("acme", ACME).model_copy(update=clauses),
+              chunk("orbis", ORBIS).model_copy(update=clauses),
+              chunk("playbook", PLAYBOOK).model_copy(update=playbook)]  # fmt: skip
+    system = f"{context_block(chunks)}\n{structured(json.dumps(MEMO))}"
+    messages = [{"role": "system", "content": system},
+                {"role": "user", "content": caller_message(
+                    "Is the uptime commitment in Acme's Schedule 3 good enough?")}]  # fmt: skip
+    reply = ExtractiveResponder().complete(messages, [])  # type: ignore[arg-type]
+    memo = json.loads(reply.text or "")
+    said = " ".join(memo.values())
+    assert "[sp:acme#0]" in said and "[sp:playbook#0]" in said and "orbis" not in said
+    assert "99.9% for critical services" in memo["playbook_position"]
+    assert not any(v.startswith(("Acme MSA,", "Negotiation playbook:")) for v in memo.values())

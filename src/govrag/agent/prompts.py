@@ -37,7 +37,8 @@ OUTPUT_SCHEMA_MARK = "Output schema: "
 #: id is shown as it is (a model cites it literally, and the citation parser matches handed
 #: ids literally), so it may hold brackets: it ends at the first "] (doc ".
 CONTEXT_LINE = re.compile(
-    r"^\[(?P<chunk_id>[^\n]+?)\] \(doc [^)\n]*\) (?P<text>[^\n]*)$", re.MULTILINE
+    r"^\[(?P<chunk_id>[^\n]+?)\] \(doc [^)\n]*, (?P<where>[^)\n]*)\) (?P<text>[^\n]*)$",
+    re.MULTILINE,
 )
 
 #: What every system prompt says about the user message (see the module docstring).
