@@ -22,7 +22,8 @@ class SufficiencyRecord(Record):
     min_top_score: float
     min_query_coverage: float
     sufficient: bool
-    #: What the question asks for (``count``, ``quantity``, ``time``, ``person``, ``open``).
+    #: What the question asks for (``count``, ``quantity``, ``time``, ``person``, ``reason``,
+    #: ``open``).
     question_kind: str | None = None
     #: Best relevance of an evidence sentence that has what the question asks for
     #: (``None``: no such sentence), the threshold it met or missed, and how relevance was
