@@ -203,6 +203,9 @@ OTHER_VALUE: dict[str, object] = {
     "filters": (MEMO,),
     "query_expansion": QueryExpansion.NONE,  # the only value today: nothing to tell apart
     "min_score": 0.25,
+    # The marker a cached ranking carries was judged on these words: another question,
+    # another entry.
+    "marker_query": "who approves large wires",
 }
 #: Fields whose other value cannot change the key, and why.
 SAME_KEY = {
