@@ -43,6 +43,11 @@ def msa_review(a: Answer) -> None:
     assert {d.corpus for d in a.decisions if d.verdict == "ALLOW"} == {
         "clause-index", "legal-playbook"}  # fmt: skip
     assert cited(a) and all(d.startswith(("clause-acme-msa", "playbook-")) for d in cited(a))
+    # A review over both: the playbook stage's evidence reaches the memo beside the clauses
+    # (judged with them, issue 31), and the memo draws on each.
+    assert {p.corpus for p in a.packs if p.chunks} == {"clause-index", "legal-playbook"}
+    assert any(d.startswith("clause-acme-msa") for d in cited(a))
+    assert any(d.startswith("playbook-") for d in cited(a))
 
 
 def hinted(a: Answer) -> None:
