@@ -93,3 +93,25 @@ def test_a_deployment_configures_it_for_answers_only(tmp_path: Path) -> None:
         assert not isinstance(dep.relevance, CrossEncoderRelevance)
     finally:
         dep.close()
+
+
+class Broken:
+    """A model whose logits are not numbers (an fp16 overflow, corrupt weights)."""
+
+    def predict(self, pairs: list[tuple[str, str]], **_: object) -> list[float]:
+        return [float("nan"), float("-inf"), float("inf")][: len(pairs)]
+
+
+def test_a_logit_that_is_not_a_number_answers_nothing() -> None:
+    relevance = CrossEncoderRelevance(gt.get_model_path())
+    relevance._model = Broken()
+    assert relevance.scores("Who won the cup?", [TEXT]) == [[0.0, pytest.approx(0.0), 1.0]]
+    relevance._model = type(
+        "AllNaN", (), {"predict": lambda self, p, **k: [float("nan")] * len(p)}
+    )()
+    settings = ValidationSettings(min_cross_score=0.5)
+    report = Validator(settings, answering=relevance).validate(
+        ANA, "Which team won the world cup in Paris?", [pack("The canteen opens at noon.")],
+        scope=["c"], allowed_corpora=["c"], request_id="r", session_id="s",
+    )  # fmt: skip
+    assert not report.validation_passed and report.sufficiency.answer_score == 0.0

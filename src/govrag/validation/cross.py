@@ -42,8 +42,9 @@ class CrossEncoderRelevance:
         raw = self._model.predict(pairs, batch_size=self.batch_size, show_progress_bar=False,
                                   convert_to_numpy=True, activation_fn=_identity)  # fmt: skip
         # One logit per pair; a sigmoid puts every model on the same 0..1 scale (a model's
-        # own activation, if any, is bypassed above, so it is never applied twice).
-        flat = [1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, float(x))))) for x in raw]
+        # own activation, if any, is bypassed above, so it is never applied twice). A logit
+        # that is not a number (an overflow, broken weights) answers nothing: fail closed.
+        flat = [_probability(float(x)) for x in raw]
         out: list[list[float]] = []
         at = 0
         for text in texts:
@@ -54,3 +55,10 @@ class CrossEncoderRelevance:
 
 def _identity(x: object) -> object:
     return x
+
+
+def _probability(logit: float) -> float:
+    """The sigmoid of ``logit`` (clamped to +-60); 0 for NaN."""
+    if math.isnan(logit):
+        return 0.0
+    return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, logit))))
