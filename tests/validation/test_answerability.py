@@ -231,22 +231,23 @@ class Fixed:
         return [[self.value for _ in text] for text in texts]
 
 
-def test_a_paraphrase_is_held_to_its_words_only_where_words_judge() -> None:
-    """ "Bought by someone else" asks about a change of control: the evidence shares almost
-    none of its words. Judged by terms, that is off topic; judged by a semantic relevance,
-    the relevance decides, and the question's words are no gate."""
-    question = "Can we get out of the deal if the supplier is bought by someone else?"
-    clause = "18.4 No other termination rights apply, including on a change of control."
+def test_the_question_s_words_bound_every_judge_of_answerability() -> None:
+    """An embedder scores "a daily cap for household customers" close to the corporate wire
+    limit (0.46 with MiniLM: an attack review's case); the words tell them apart. The gate
+    holds whatever judges answerability: a wrong answer is worse than an abstention, and a
+    paraphrase that shares few words (a change of control as "bought by someone else") pays
+    for it with one (bench/RESULTS.md (q))."""
+    question = "What daily payment cap applies to household customers in the EU?"
+    corporate = "EU corporate wire limit: EUR 50,000 per day. Tier-2 clients need approval."
 
     def run(relevance: Relevance, before_synthesis: bool = True) -> tuple[bool, str | None]:
         report = Validator(relevance=relevance).validate(
-            ANA, question, [pack(clause)], scope=["c"], allowed_corpora=["c"],
+            ANA, question, [pack(corporate)], scope=["c"], allowed_corpora=["c"],
             request_id="r", session_id="s", before_synthesis=before_synthesis,
         )  # fmt: skip
         assert report.sufficiency.query_coverage < 0.3
         return report.validation_passed, report.reason
 
+    assert run(Fixed(0.9)) == (False, "off_topic")
     assert run(TermRelevance()) == (False, "off_topic")
-    assert run(Fixed(0.9)) == (True, None)
-    assert run(Fixed(0.1)) == (False, "unanswered")  # the relevance still decides
-    assert run(Fixed(0.9), before_synthesis=False) == (False, "off_topic")  # a search: terms
+    assert run(Fixed(0.9), before_synthesis=False) == (False, "off_topic")

@@ -84,10 +84,9 @@ class ValidationSettings(Section):
     min_chunks: int = Field(default=1, ge=0, le=1000)
     #: Lowest acceptable best chunk score (scores are the reranked fusion scores; 0: off).
     min_top_score: float = Field(default=0.0, ge=0.0)
-    #: Least share of the question's analysed terms that must occur in the evidence, where
-    #: answerability is judged by terms (a search, a retrieve, a deployment without a
-    #: semantic embedder). An answer judged by a semantic embedder is not held to the
-    #: question's words: "bought by someone else" asks about a change of control.
+    #: Least share of the question's analysed terms that must occur in the evidence, however
+    #: answerability is judged (an embedder scores a question about household customers
+    #: close to the corporate limit; the words tell them apart).
     min_query_coverage: float = Field(default=0.3, ge=0.0, le=1.0)
     #: Answerability with a semantic embedder: least relevance (0..1, see
     #: ``govrag.validation.answerability``) of an evidence sentence that has what the question

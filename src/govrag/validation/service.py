@@ -220,9 +220,10 @@ class Validator:
             and len(chunks) >= s.min_chunks
             and top is not None
             and top >= s.min_top_score
-            # A paraphrase shares few of the evidence's words: the question's words bound
-            # only what is judged by words.
-            and (coverage >= s.min_query_coverage or not by_terms)
+            # Whatever judges answerability, the evidence must hold a share of the question's
+            # words: an embedder scores "a cap for household customers" close to the
+            # corporate limit, and a wrong answer is worse than an abstention.
+            and coverage >= s.min_query_coverage
             # A threshold of 0 turns the answerability gate off (the operator's choice).
             and (least == 0.0 or (judged.answer_score is not None and judged.answer_score >= least))
         )
@@ -325,10 +326,7 @@ def _reason(
         or sufficiency.top_score < s.min_top_score
     ):
         return THIN_EVIDENCE
-    if sufficiency.query_coverage < s.min_query_coverage and sufficiency.relevance in (
-        None,
-        "terms",
-    ):
+    if sufficiency.query_coverage < s.min_query_coverage:
         return OFF_TOPIC
     if not sufficiency.sufficient:
         return UNANSWERED
