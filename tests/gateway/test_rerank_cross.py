@@ -1,9 +1,9 @@
 """The cross-encoder reranker's adapter, run on a real local model.
 
-No cross-encoder weights exist offline here, so the bundled MiniLM checkpoint is loaded as one
-(sentence-transformers gives it an untrained scoring head): the scores mean nothing, but the
-adapter code under test (loading by path, pair scoring, reordering by those scores, thinning)
-is exercised for real.
+No cross-encoder weights exist offline here, so the bundled MiniLM checkpoint with a seeded
+random scoring head stands in (``cross_encoder_dir``, tests/conftest.py): the scores mean
+nothing, but the adapter code under test (loading by path, pair scoring, reordering by those
+scores, thinning) is exercised for real.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ def hits() -> list[SearchHit]:
     ]  # fmt: skip
 
 
-def test_reorders_by_the_model_and_only_thins() -> None:
-    reranker = CrossEncoderReranker(gt.get_model_path())
+def test_reorders_by_the_model_and_only_thins(cross_encoder_dir: Path) -> None:
+    reranker = CrossEncoderReranker(cross_encoder_dir)
     out = reranker.rerank("wire limits", hits(), 3)
     predicted = reranker._model.predict([("wire limits", t) for t in TEXTS])
     expected = sorted(range(len(TEXTS)), key=lambda i: (-float(predicted[i]), f"sp:d{i}#0"))
@@ -47,7 +47,7 @@ def test_reorders_by_the_model_and_only_thins() -> None:
     assert {h.chunk_id for h in out} <= {h.chunk_id for h in hits()}  # never adds
     assert reranker.rerank("wire limits", hits(), 3) == out  # deterministic
     assert reranker.rerank("wire limits", [], 3) == []
-    assert reranker.version.startswith("cross-encoder-v1(model,")
+    assert reranker.version.startswith("cross-encoder-v1(minilm-cross,")
 
 
 def test_a_missing_model_path_is_a_clear_error(tmp_path: Path) -> None:
@@ -56,12 +56,15 @@ def test_a_missing_model_path_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(ConfigError, match="could not be loaded as a cross-encoder"):
         CrossEncoderReranker(tmp_path / "empty")
+    # An embedding model would load with a random head, drawn anew in each process.
+    with pytest.raises(ConfigError, match=r"is not a cross-encoder: its config.json names"):
+        CrossEncoderReranker(gt.get_model_path())
 
 
-def test_a_deployment_configures_it(tmp_path: Path) -> None:
+def test_a_deployment_configures_it(tmp_path: Path, cross_encoder_dir: Path) -> None:
     from govrag.deployment import Deployment
 
-    model = str(gt.get_model_path())
+    model = str(cross_encoder_dir)
     dep = Deployment.load(
         tmp_path, gateway={"reranker": "cross-encoder", "cross_encoder_path": model}
     )

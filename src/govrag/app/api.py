@@ -36,6 +36,7 @@ from govrag.deployment import (
     check_deployment,
     load_principals,
     lookup_principal,
+    model_problems,
 )
 from govrag.errors import AuthError, ConfigError, InputError, NotFoundError, require_text
 from govrag.eval.governance import SuiteReport
@@ -458,7 +459,9 @@ class Govrag:
             problems += unknown_scope_problems(self._dep, config)
         suites = suite_problems(self.settings.deployment)
         anchor = audit_problems(self._dep)
-        return ConfigCheck(problems + auth_problems(self._dep) + anchor + suites, config)
+        models = model_problems(self._dep)
+        return ConfigCheck(problems + auth_problems(self._dep) + anchor + models + suites,
+                           config)  # fmt: skip
 
     def evaluate_beir(
         self,

@@ -10,6 +10,7 @@ the setting that gave it.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from pathlib import Path
@@ -21,15 +22,40 @@ _MODELS: dict[tuple[str, str], Any] = {}
 _LOCK = threading.Lock()
 
 
+def cross_encoder_problem(path: str | Path, *, setting: str) -> str | None:
+    """What is wrong with ``path`` as a cross-encoder directory, read from its files alone
+    (no model is loaded: ``govrag config check`` asks this too), or ``None``. An embedding
+    model (its ``config.json`` names no ``...ForSequenceClassification`` architecture) is
+    refused: sentence-transformers would load it with a scoring head of random weights, drawn
+    anew in each process, and every judgement would be noise."""
+    path = Path(path)
+    if not path.is_dir():
+        return (f"{setting} {str(path)!r} is not a directory; give the path of a local "
+                "cross-encoder model (nothing is downloaded)")  # fmt: skip
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # not a transformers layout: the loader says what is wrong with it
+    names = config.get("architectures") if isinstance(config, dict) else None
+    if isinstance(names, list) and not any(
+        isinstance(n, str) and n.endswith("ForSequenceClassification") for n in names
+    ):
+        return (
+            f"{setting} {str(path)!r} is not a cross-encoder: its config.json names {names} "
+            "(an embedding model), and a cross-encoder is a sequence classification model "
+            "that scores a question and a text together; give the directory of one (e.g. a "
+            "copy of cross-encoder/ms-marco-MiniLM-L-6-v2)"
+        )
+    return None
+
+
 def load_cross_encoder(path: str | Path, *, setting: str, device: str = "cpu") -> Any:
     """The sentence-transformers ``CrossEncoder`` at ``path`` (one per path and device in a
     process); ``setting`` names where the path came from, for the error."""
     path = Path(path)
-    if not path.is_dir():
-        raise ConfigError(
-            f"{setting} {str(path)!r} is not a directory; give the path of a local "
-            "cross-encoder model (nothing is downloaded)"
-        )
+    problem = cross_encoder_problem(path, setting=setting)
+    if problem is not None:
+        raise ConfigError(problem)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
