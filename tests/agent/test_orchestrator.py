@@ -559,3 +559,20 @@ def test_a_workflow_stage_is_judged_with_what_the_earlier_stages_found(dep: Depl
     )  # fmt: skip
     assert not alone.validation_passed and alone.reason == "off_topic"
     check_replay(dep, answer)
+
+
+def test_a_workflow_stage_off_the_question_s_topic_is_refused_whatever_came_before(
+    dep: Deployment,
+) -> None:
+    """Judged beside the clauses, a playbook stage must still be on the question's topic by
+    its own words: a playbook about the dress code is not evidence for a liability review."""
+    load(dep.store, [doc("playbook-liability", "Playbook: the office dress code is business "
+                         "casual on Fridays.", ["L"], corpus="legal-playbook")])  # fmt: skip
+    spy_on(dep)
+    question = "What does clause 9 of the Acme MSA say on limitation of liability?"
+    answer = ask(dep, "counsel", question, route_id="msa")
+    checks = [e.payload for e in dep.store.audit_events("t1", request_id=answer.request_id)
+              if e.kind == "validation"]  # fmt: skip
+    verdicts = [(c["validation_passed"], c["reason"]) for c in checks]
+    assert verdicts == [(True, None), (False, "off_topic")]
+    assert {c.doc_id for c in answer.citations} <= {"acme-liability"}

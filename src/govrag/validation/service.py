@@ -109,10 +109,12 @@ class Validator:
         search: a keyword lookup stays milliseconds).
 
         ``prior``: the texts of chunks validated earlier in the request (a workflow's earlier
-        stages). Answerability and term coverage read them beside the packs: a stage the
-        workflow names contributes to an answer the request's evidence gives together (the
-        bank's playbook position does not name the supplier a review asks about). Every
-        other check is of the packs alone, and at least one chunk of theirs is needed.
+        stages). Answerability reads them beside the packs: a stage the workflow names
+        contributes to an answer the request's evidence gives together (the bank's playbook
+        position does not name the supplier a review asks about), and so does the share of
+        the question's words (``min_query_coverage``), as long as the packs themselves hold
+        one of them: an off-topic stage is still refused. Every other check is of the packs
+        alone, and at least one chunk of theirs is needed.
         """
         relevance = self.answering if before_synthesis else _TERMS
         try:
@@ -203,6 +205,11 @@ class Validator:
             for text in texts:
                 present.update(analyzer.analyze(text))
             coverage = len(wanted & present) / len(wanted)
+            # A stage judged beside earlier evidence must still share a word with the
+            # question by itself: a playbook on the office dress code says nothing of a
+            # liability review, however well the clauses found before answer it.
+            if prior and not any(wanted & set(analyzer.analyze(c.text)) for c in chunks):
+                coverage = 0.0
         else:
             coverage = 1.0  # nothing to cover (a question of stopwords only)
         judged = judge(without_names(question, sorted(scope)), texts, relevance)
