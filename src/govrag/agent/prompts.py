@@ -35,7 +35,10 @@ OUTPUT_SCHEMA_MARK = "Output schema: "
 
 #: One line of quoted evidence; the extractive responder reads chunks back with it. A chunk
 #: id is shown as it is (a model cites it literally, and the citation parser matches handed
-#: ids literally), so it may hold brackets: it ends at the first "] (doc ".
+#: ids literally), so it may hold brackets: it ends at the first "] (doc ". An id holding
+#: that very separator (an external id is any printable text) would let a document's name
+#: forge the line's provenance ("x] (doc y, legal-playbook) z"): it is shown with the
+#: separator broken, so it can be cited by no one (:data:`_SEPARATOR`).
 CONTEXT_LINE = re.compile(
     r"^\[(?P<chunk_id>[^\n]+?)\] \(doc [^)\n]*, (?P<where>[^)\n]*)\) (?P<text>[^\n]*)$",
     re.MULTILINE,
@@ -142,13 +145,18 @@ def _fence(label: str, body: str, boundary: str) -> str:
     return f"<<<BEGIN UNTRUSTED {label} {boundary}>>>\n{safe}\n<<<END UNTRUSTED {boundary}>>>"
 
 
+#: What ends a context line's chunk id; never shown inside one.
+_SEPARATOR = "] (doc "
+
+
 def context_block(chunks: Sequence[PackChunk]) -> str:
     """Validated chunks quoted one per line (see the module docstring)."""
     lines = ["Context chunks:"]
     for c in chunks:
         text = " ".join(c.text.split())
         where = "session memory" if c.origin is ChunkOrigin.SESSION_MEMORY else _clean(c.corpus)
-        lines.append(f"[{c.chunk_id}] (doc {_clean(c.doc_id)}, {where}) {text}")
+        shown = c.chunk_id.replace(_SEPARATOR, "](doc ")
+        lines.append(f"[{shown}] (doc {_clean(c.doc_id)}, {where}) {text}")
     return "\n".join(lines)
 
 
