@@ -53,6 +53,10 @@ def test_a_question_about_an_earlier_state_needs_a_sentence_about_one(question: 
         "What is the wire limit now?",
         "How many days before the payment must I call back?",
         "What happens before the transfer is released?",
+        "Which form is used to request a limit increase?",
+        "What are the limits used to protect against?",
+        "How old must a client be under the youth account policy?",
+        "How old is the wire limit policy?",
     ],
 )
 def test_an_ordinary_question_asks_no_earlier_state(question: str) -> None:

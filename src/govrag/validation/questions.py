@@ -79,8 +79,12 @@ _CAUSE = re.compile(
 #: A question about an earlier state: a superseded version, the rule before a change.
 _EARLIER_ASKED = re.compile(
     r"\bbefore\s+the\s+(?:[\w-]+\s+){0,3}?(?:revision|change|update|amendment|version)\b"
-    r"|\b(?:old|previous|earlier|prior|former|superseded)\s+(?:[\w-]+\s+){0,3}?(?:version|"
-    r"policy|limit|limits|rule|rules|edition|revision)\b|\bused\s+to\b",
+    # "how old" asks an age, not about an old version.
+    r"|(?<!how )\b(?:old|previous|earlier|prior|former|superseded)\s+(?:[\w-]+\s+){0,3}?"
+    r"(?:version|policy|limit|limits|rule|rules|edition|revision)\b"
+    # "used to be", not "is used to request" (a passive: what a thing serves for).
+    r"|(?<!is )(?<!are )(?<!be )(?<!was )(?<!were )(?<!been )\bused\s+to\s+(?:be|have|cost|"
+    r"allow|require|need|apply)\b",
     re.IGNORECASE,
 )
 #: What speaks of an earlier state.
