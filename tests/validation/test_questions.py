@@ -22,6 +22,9 @@ def test_a_why_question_needs_a_cause() -> None:
     assert need.kind == "reason"
     assert not fits(need, "Our app shows the result of a payee name check.", "")
     assert fits(need, "The check runs so that fraudsters cannot redirect payments.", "")
+    assert fits(need, "The reason is the number of redirected payments in 2025.", "")
+    # A reason asked for is none given.
+    assert not fits(need, "Increases need a documented business reason.", "")
     assert asked("What is the reason for the hard block?").kind == "reason"
     assert asked("What does the policy say?").kind == "open"
 

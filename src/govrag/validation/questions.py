@@ -72,7 +72,9 @@ _WORD = re.compile(r"[A-Za-z][A-Za-z'-]*")
 #: What gives a reason: a cause, a purpose.
 _CAUSE = re.compile(
     r"\b(because|due\s+to|owing\s+to|as\s+a\s+result|in\s+order\s+to|so\s+that|so\s+as\s+to|"
-    r"reasons?|rationale|purpose|caused|causes|led\s+to|to\s+(?:prevent|avoid|ensure|reduce|"
+    # A reason given, not one asked for ("need a documented business reason").
+    r"the\s+(?:reasons?|rationale|purpose)\s+(?:is|are|was|were|for|why)|for\s+(?:this|that|"
+    r"these|those)\s+reasons?|caused|causes|led\s+to|to\s+(?:prevent|avoid|ensure|reduce|"
     r"stop|close|address|meet|comply|protect|limit|tackle|mitigate))\b",
     re.IGNORECASE,
 )
