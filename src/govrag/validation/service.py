@@ -201,15 +201,16 @@ class Validator:
         wanted = set(analyzer.analyze(question))
         texts = [c.text for c in chunks] + ([*prior] if chunks else [])
         if wanted:
-            present: set[str] = set()
-            for text in texts:
+            own: set[str] = set()  # the packs' words, then the earlier evidence's
+            for c in chunks:
+                own.update(analyzer.analyze(c.text))
+            present = set(own)
+            for text in texts[len(chunks) :]:
                 present.update(analyzer.analyze(text))
-            coverage = len(wanted & present) / len(wanted)
             # A stage judged beside earlier evidence must still share a word with the
             # question by itself: a playbook on the office dress code says nothing of a
             # liability review, however well the clauses found before answer it.
-            if prior and not any(wanted & set(analyzer.analyze(c.text)) for c in chunks):
-                coverage = 0.0
+            coverage = len(wanted & present) / len(wanted) if wanted & own else 0.0
         else:
             coverage = 1.0  # nothing to cover (a question of stopwords only)
         judged = judge(without_names(question, sorted(scope)), texts, relevance)
