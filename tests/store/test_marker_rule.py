@@ -261,3 +261,19 @@ def test_the_marker_counts_what_the_model_counts_document_by_document(case: Case
                                                       if d.index in case.removed}  # fmt: skip
         finally:
             store.close()
+
+
+def test_contacts_come_from_the_first_hidden_documents_by_id(open_store: StoreFactory) -> None:
+    """The truth store checks the marker's candidates a few at a time; candidates after the
+    first batch still name contacts when the first ones name too few, and stop once enough
+    are named: ten documents by Olga, then one each by Pia, Quinn and Rob, name Olga, Pia
+    and Quinn (3 contacts by default), never Rob."""
+    people = [*PEOPLE, ident("pia@x.example", "P"), ident("quinn@x.example", "Q"),
+              ident("rob@x.example", "R")]  # fmt: skip
+    hidden = [doc(f"olga-{i:02d}", "corporate clients wire breach", ["O"], author="O")
+              for i in range(10)]  # fmt: skip
+    hidden += [doc(f"z-{a}", "corporate clients wire breach", [a], author=a) for a in "PQR"]
+    store = open_store()
+    load(store, [*people, *hidden])
+    assert marker_sources(store, QUESTION) == ["olga@x.example", "pia@x.example",
+                                               "quinn@x.example"]  # fmt: skip

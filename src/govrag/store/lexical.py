@@ -307,16 +307,9 @@ class LexicalIndex:
         occur = tantivy.Occur
         with self._stats_lock:
             searcher = self._index.searcher()
-        held: list[tuple[tantivy.Occur, tantivy.Query]] = []
-        for term in unique:
-            # Every token of the term, whatever its frequency and length: the term is in the
-            # chunk. A term no chunk holds is simply never matched (tokens of deleted chunks
-            # may be listed; they match nothing live).
-            tokens = [t for t, _ in searcher.terms_with_prefix("tf", term + bm25.SEP)]
-            if tokens:
-                held.append((occur.Should, q.term_set_query(self.schema, "tf", tokens)))
-        if len(held) < min_terms:
-            return []  # no chunk can hold enough of them
+        # The ``term`` field holds each of a chunk's distinct terms once: a term no chunk
+        # holds is simply never matched.
+        held = [(occur.Should, q.term_query(self.schema, "term", term)) for term in unique]
         # A nested boolean of Should clauses with a minimum: a chunk matches when at least
         # ``min_terms`` of its clauses do (checked against a brute-force count on tantivy
         # 0.27, also with several segments and a limit).

@@ -24,7 +24,7 @@ from govrag.store.records import IndexedChunk
 FORMAT_FILE = "format"
 #: Bump when the schema or the meaning of a field changes: an index of another format is
 #: discarded on open and rebuilt from the truth store.
-FORMAT = "2"
+FORMAT = "3"
 
 
 def schema() -> tantivy.Schema:
@@ -34,6 +34,9 @@ def schema() -> tantivy.Schema:
     # One token per distinct term, ``term␟tf␟dl``, and the quantised length (see bm25.py).
     sb.add_text_field("tf", tokenizer_name="raw", index_option="basic")
     sb.add_text_field("dl", tokenizer_name="raw", index_option="basic")
+    # Each distinct term once, as itself: whether a chunk holds a term is one posting list
+    # (the hidden-item marker's rule, document frequencies), not hundreds of ``tf`` tokens.
+    sb.add_text_field("term", tokenizer_name="raw", index_option="basic")
     sb.add_text_field("acl", tokenizer_name="raw", index_option="basic")
     sb.add_text_field("corpus", tokenizer_name="raw", index_option="basic")
     sb.add_unsigned_field("cls", indexed=True, fast=True)
@@ -52,9 +55,12 @@ def to_tantivy(doc: IndexedChunk) -> tantivy.Document:
     out = tantivy.Document()
     out.add_unsigned("cid", doc.chunk_id)
     out.add_unsigned("did", doc.doc_id)
-    tokens, dl = bm25.chunk_tokens(doc.terms.split())
+    terms = doc.terms.split()
+    tokens, dl = bm25.chunk_tokens(terms)
     for token in tokens:
         out.add_text("tf", token)
+    for term in dict.fromkeys(terms):
+        out.add_text("term", term)
     out.add_text("dl", str(dl))
     for token in doc.acl_tokens:
         out.add_text("acl", token)

@@ -303,6 +303,8 @@ def run_search(
 
 #: How many hidden candidates the marker reads to name its contacts.
 MARKER_CANDIDATES = 64
+#: How many of them the truth store checks first (the rest only if these name too few).
+MARKER_BATCH = 8
 
 
 @functools.cache
@@ -345,15 +347,24 @@ def _hidden_marker(
     if need is None:
         return HiddenMarker()
     candidates = backend.withheld_chunks(scope, distinct, min_terms=need, limit=MARKER_CANDIDATES)
-    readable = backend.readable_chunks(scope, candidates)  # the truth store decides
-    hidden = [cid for cid in candidates if cid not in readable]
-    if not hidden:
+    wanted = settings.marker_max_contacts
+    first: dict[tuple[str, str | None], None] = {}
+    # The truth store decides, a few candidates at a time in id order: the contacts are the
+    # first ``wanted`` distinct ones, so the later candidates are read only when the first
+    # ones name too few (checking all 64 at once cost 2-3 ms of SQL at 100k chunks).
+    start, size = 0, MARKER_BATCH
+    while start < len(candidates) and len(first) < wanted:
+        batch = candidates[start : start + size]
+        start, size = start + size, len(candidates)
+        readable = backend.readable_chunks(scope, batch)
+        hidden = [cid for cid in batch if cid not in readable]
+        info = backend.chunk_info(scope.tenant, hidden) if hidden else {}
+        for cid in hidden:
+            if cid in info and len(first) < wanted:
+                first[(info[cid].source_system, info[cid].author_email)] = None
+    if not first:
         return HiddenMarker()
-    info = backend.chunk_info(scope.tenant, hidden)
-    first = dict.fromkeys(
-        (info[cid].source_system, info[cid].author_email) for cid in hidden if cid in info
-    )
-    chosen = sorted(list(first)[: settings.marker_max_contacts], key=lambda s: (s[0], s[1] or ""))
+    chosen = sorted(first, key=lambda s: (s[0], s[1] or ""))
     return HiddenMarker(
         present=True,
         sources=tuple(HiddenSource(source_system=s, author_email=a) for s, a in chosen),
