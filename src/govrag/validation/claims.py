@@ -42,6 +42,7 @@ that the cited chunk says so, not that the chunk is right: a readable document m
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
@@ -131,20 +132,48 @@ class _Evidence:
 
 
 def _evidence(chunk: PackChunk) -> _Evidence:
-    pieces = split_sentences(chunk.text)
+    return _Evidence(chunk, *_analysed(chunk.text))
+
+
+@functools.lru_cache(maxsize=2048)
+def _analysed(
+    text: str,
+) -> tuple[frozenset[str], Source, tuple[_Polarity, ...], tuple[_Polarity, ...], frozenset[str]]:
+    """What a chunk's text offers (:class:`_Evidence` without the chunk). A function of the
+    text alone, so kept for the texts last read: the same chunks back answer after answer,
+    and reading one costs a millisecond or two."""
+    pieces = split_sentences(text)
     # A quoted sentence must find all its facts, whatever its cut.
-    source = source_of(chunk.text, pieces=pieces)
+    source = source_of(text, pieces=pieces)
     # Prompts quote a chunk with its line breaks folded, so a model may quote two of its lines
     # as one sentence: those count as chunk sentences too.
-    folded = [p for p in split_sentences(" ".join(chunk.text.split())) if p not in pieces]
-    return _Evidence(
-        chunk,
+    folded = [p for p in split_sentences(" ".join(text.split())) if p not in pieces]
+    return (
         source.terms,
         source,
         tuple(_polarity(normalise(p)) for p in [*pieces, *folded]),
         tuple(_polarity(c) for p in pieces for c in _clauses(normalise(p))),
-        _symbols(normalise(chunk.text)),
+        _symbols(normalise(text)),
     )
+
+
+class _Handed:
+    """The handed chunks' evidence, each analysed when a sentence first needs it: a cited
+    sentence reads only what it cites, so most answers never analyse most of their chunks."""
+
+    def __init__(self, chunks: Sequence[PackChunk]) -> None:
+        self._chunks = {c.chunk_id: c for c in chunks}
+        self._done: dict[str, _Evidence] = {}
+
+    def __getitem__(self, chunk_id: str) -> _Evidence:
+        found = self._done.get(chunk_id)
+        if found is None:
+            found = self._done[chunk_id] = _evidence(self._chunks[chunk_id])
+        return found
+
+    def all(self) -> list[_Evidence]:
+        """Every handed chunk's evidence, in the order handed."""
+        return [self[cid] for cid in self._chunks]
 
 
 #: Characters neither a term nor a fact reads: symbols (math, modifier, other: arrows, emoji)
@@ -184,7 +213,7 @@ def check_claims(
         min_overlap: least share (0..1) of a sentence's distinct analysed terms that must
             occur in its chunk(s).
     """
-    evidence = {c.chunk_id: _evidence(c) for c in chunks}
+    evidence = _Handed(chunks)
     markers = Citations(chunks).markers(answer)
     claims: list[ClaimCheck] = []
     first = 0
@@ -209,9 +238,7 @@ def check_claims(
             ))  # fmt: skip
             continue
         if not cited:
-            overlap, chunk_id, lacking, reason = _best(
-                asserting[0][0], list(evidence.values()), min_overlap
-            )
+            overlap, chunk_id, lacking, reason = _best(asserting[0][0], evidence.all(), min_overlap)
         else:
             # Each cited part answers for itself: the text up to a citation (the rest of the
             # sentence for the last one) must be supported by the chunks that citation names.
@@ -232,7 +259,7 @@ _Group = dict[str, "_Evidence"]
 
 
 def _segments(
-    answer: str, a: int, b: int, markers: Sequence[Marker], evidence: dict[str, _Evidence]
+    answer: str, a: int, b: int, markers: Sequence[Marker], evidence: _Handed
 ) -> tuple[list[tuple[str, _Group]], list[str]]:
     """The sentence ``answer[a:b]`` cut at its citation ``markers``: ``(text, the handed
     chunks cited for it)`` per part, and the cited items that name nothing handed (forged).
