@@ -29,6 +29,7 @@ from typing import Any
 from govrag.store.clock import now_iso
 from govrag.store.database import Database, ensure_tenant, list_tenants, log
 from govrag.store.dialect import Conn
+from govrag.store.group_commit import GroupCommit
 
 #: ``prev_hash`` of a chain's first event.
 GENESIS = "0" * 64
@@ -155,6 +156,17 @@ class AuditChain:
 #: Told of each committed event, after its commit (never inside the transaction).
 AuditObserver = Callable[[AuditEvent], None]
 
+
+@dataclass(frozen=True)
+class _Draft:
+    """An event to append: everything but its place in the chain."""
+
+    kind: str
+    payload_json: str
+    request_id: str
+    session_id: str
+
+
 _COLUMNS = (
     "tenant_id, seq, event_id, request_id, session_id, kind, payload, created_at, prev_hash, hash"
 )
@@ -179,6 +191,8 @@ class AuditRepository:
         self._db = db
         #: Replaced (never mutated) by :meth:`observe_audit`, so iterating it needs no lock.
         self._observers: tuple[AuditObserver, ...] = ()
+        #: Concurrent appends share a durable commit (``group_commit.py``).
+        self._group: GroupCommit[_Draft, AuditEvent] = GroupCommit(self._commit_drafts)
 
     def observe_audit(self, observer: AuditObserver) -> None:
         """Call ``observer(event)`` after each audit event this handle commits. An observer
@@ -207,11 +221,17 @@ class AuditRepository:
     ) -> AuditEvent:
         """Commit one event (durably) and return it; raises :class:`StoreError` on failure,
         in which case nothing was written."""
-        with self._db.audit_tx(tenant) as conn:
-            ensure_tenant(conn, self._db.dialect, tenant)
-            event = self.append_event(conn, tenant, kind, payload, request_id, session_id)
+        # Serialised here, so a payload that is no JSON fails its own caller alone.
+        draft = _Draft(kind, canonical(payload), request_id, session_id)
+        event = self._group.submit(tenant, draft)
         self.announce(event)
         return event
+
+    def _commit_drafts(self, tenant: str, drafts: Sequence[_Draft]) -> list[AuditEvent]:
+        """One durable transaction chaining ``drafts`` in order (see ``group_commit.py``)."""
+        with self._db.audit_tx(tenant) as conn:
+            ensure_tenant(conn, self._db.dialect, tenant)
+            return [self._chain(conn, tenant, d) for d in drafts]
 
     def append_event(
         self,
@@ -224,6 +244,9 @@ class AuditRepository:
     ) -> AuditEvent:
         """Chain one event inside the caller's audit transaction (:meth:`Database.audit_tx`);
         announce it after the commit."""
+        return self._chain(conn, tenant, _Draft(kind, canonical(payload), request_id, session_id))
+
+    def _chain(self, conn: Conn, tenant: str, pending: _Draft) -> AuditEvent:
         # Takes the tenant row's lock until commit: one writer per chain at a time.
         seq, prev = conn.execute(
             "UPDATE tenants SET audit_seq = audit_seq + 1 WHERE tenant_id = ? "
@@ -234,10 +257,10 @@ class AuditRepository:
             tenant=tenant,
             seq=int(seq),
             event_id=f"aud-{secrets.token_hex(8)}",
-            request_id=request_id,
-            session_id=session_id,
-            kind=kind,
-            payload_json=canonical(payload),
+            request_id=pending.request_id,
+            session_id=pending.session_id,
+            kind=pending.kind,
+            payload_json=pending.payload_json,
             created_at=now_iso(),
             prev_hash=prev or GENESIS,
             hash="",
