@@ -277,13 +277,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--http-requests", type=int, default=400, help="HTTP load: requests per path per round"
     )
     parser.add_argument("--http-rounds", type=int, default=2, help="HTTP load: rounds")
+    parser.add_argument("--http-workers", type=int, default=2, help="HTTP load: server processes")
     parser.add_argument(
         "--mcp-calls", type=int, default=300, help="MCP latency: calls per path per round"
     )
     parser.add_argument("--mcp-rounds", type=int, default=2, help="MCP latency: rounds")
     args = parser.parse_args(argv)
-    if min(args.http_clients, args.http_requests, args.http_rounds) < 1:
-        parser.error("--http-clients, --http-requests and --http-rounds must be >= 1")
+    if min(args.http_clients, args.http_requests, args.http_rounds, args.http_workers) < 1:
+        parser.error(
+            "--http-clients, --http-requests, --http-rounds and --http-workers must be >= 1"
+        )
     if min(args.mcp_calls, args.mcp_rounds) < 1:
         parser.error("--mcp-calls and --mcp-rounds must be >= 1")
     if args.chunks < 100 or args.gov_chunks < 100 or args.queries < WARMUP:
@@ -358,7 +361,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench import http_load
 
         load = http_load.run(args.chunks, args.http_clients, args.http_requests,
-                             args.http_rounds, args.seed, OUT_DIR, say)  # fmt: skip
+                             args.http_rounds, args.seed, OUT_DIR, say,
+                             workers=args.http_workers)  # fmt: skip
         results["http"] = load
         printed.append(lambda: say(http_load.table(load)))
 

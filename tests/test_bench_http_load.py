@@ -10,14 +10,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_the_http_load_benchmark_runs_clean_at_a_tiny_size(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_http_load_benchmark_runs_clean_at_a_tiny_size(tmp_path: Path, workers: int) -> None:
+    """With ``workers`` 2, ``govrag serve`` answers from two processes ([server] workers)."""
     path = os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])
     done = subprocess.run(
         [sys.executable, "-m", "bench.http_load", "--quick", "--chunks", "200", "--clients", "2",
-         "--requests", "6", "--out-dir", str(tmp_path)],
+         "--requests", "6", "--workers", str(workers), "--out-dir", str(tmp_path)],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True,
         timeout=300,
     )  # fmt: skip
@@ -31,3 +35,4 @@ def test_the_http_load_benchmark_runs_clean_at_a_tiny_size(tmp_path: Path) -> No
     # The same requests, the same answers: both paths returned the same number of chunks.
     assert result["http"]["chunks_checked"] == result["in_process"]["chunks_checked"]
     assert "http throughput / in-process" in done.stdout
+    assert result["workers"] == workers

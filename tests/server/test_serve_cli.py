@@ -153,3 +153,38 @@ def test_govrag_mcp_over_http_takes_no_fixed_identity(root: Path) -> None:
     for extra in (["--as", "ana"], ["--route", "search"]):
         done = govrag_cli(root, "mcp", "--transport", "http", *extra)
         assert done.returncode == 2 and "drop --as" in done.stderr, done.stderr
+
+
+def test_it_serves_from_several_worker_processes(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``[server] workers = 2``: two processes answer (each says so when it starts), every
+    answer is governed alike, and SIGINT stops them all."""
+    monkeypatch.setenv("GOVRAG_SERVER__WORKERS", "2")  # the server's environment
+    with running(root, "serve") as (url, server):
+        token = dev_token(root, "ana")
+        auth = {"Authorization": f"Bearer {token}"}
+        for _ in range(6):
+            r = httpx.post(f"{url}/v1/search", json={"query": "wire limit"}, headers=auth,
+                           timeout=60)  # fmt: skip
+            assert r.status_code == 200, r.text
+            assert [h["doc_id"] for h in r.json()["results"]] == ["w"]
+        assert httpx.post(f"{url}/v1/search", json={"query": "wire"}).status_code == 401
+    assert server.returncode == 0
+    started = server.stderr.read()
+    assert "with 2 worker processes" in started
+    assert started.count("Started server process") == 2, started[-2000:]
+
+
+def test_mcp_over_http_refuses_several_workers(root: Path) -> None:
+    env = {"GOVRAG_AUTH__DEV_TOKENS": "true", "GOVRAG_SERVER__WORKERS": "2"}
+    done = govrag_cli(root, "mcp", "--transport", "http", "--port", "1", env=env)
+    assert done.returncode == 2 and "workers = 2" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_each_worker_allows_its_share_of_the_rate() -> None:
+    from govrag.server.worker import worker_share
+
+    assert worker_share(120.0, 30, 1) == {"rate_per_minute": 120.0, "rate_burst": 30}
+    assert worker_share(120.0, 30, 4) == {"rate_per_minute": 30.0, "rate_burst": 7}
+    assert worker_share(120.0, 3, 8)["rate_burst"] == 1  # never none at all

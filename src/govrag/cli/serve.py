@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import ipaddress
+import os
 from typing import Annotated, Any
 
 import typer
@@ -83,11 +84,16 @@ def run(app: Govrag, host: str, port: int, *, mcp: bool = False) -> None:
     problems = [p for p in app.config_check().problems if not p.warning]
     if problems:
         fail(ConfigError("; ".join(str(p) for p in problems)))
+    server = app.settings.server
+    if mcp and server.workers > 1:
+        fail(ConfigError(f"[server] workers = {server.workers}: an MCP session lives in the "
+                         "process that opened it, so `govrag mcp --transport http` serves "
+                         "from one; set workers = 1 for it (govrag serve may use more)"
+                         ))  # fmt: skip
     try:
         import uvicorn
     except ImportError as exc:
         fail(MissingExtraError(exc.name or "uvicorn", "server", "The HTTP server"))
-    server = app.settings.server
     base = server.public_url or f"http://{_authority(host, port)}"
     mcp_url = f"{base}/mcp" if mcp else None
 
@@ -98,9 +104,20 @@ def run(app: Govrag, host: str, port: int, *, mcp: bool = False) -> None:
 
     api = guard(build)
     err.print(f"govrag serving {app.settings.deployment} on http://{_authority(host, port)}"
-              + (f" (MCP: {mcp_url})" if mcp_url else ""), highlight=False)  # fmt: skip
-    uvicorn.run(api, host=host, port=port, log_level="info", log_config=log_config(server),
-                **uvicorn_options(server))  # fmt: skip
+              + (f" (MCP: {mcp_url})" if mcp_url else "")
+              + (f" with {server.workers} worker processes" if server.workers > 1 else ""),
+              highlight=False)  # fmt: skip
+    options = {"host": host, "port": port, "log_level": "info",
+               "log_config": log_config(server), **uvicorn_options(server)}  # fmt: skip
+    if server.workers == 1:
+        uvicorn.run(api, **options)
+        return
+    # Each worker opens the deployment this process resolved (govrag/server/worker.py);
+    # the application built above checked that it builds.
+    from govrag.server.worker import DEPLOYMENT_ENV
+
+    os.environ[DEPLOYMENT_ENV] = str(app.settings.deployment.resolve())
+    uvicorn.run("govrag.server.worker:create", factory=True, workers=server.workers, **options)
 
 
 def _authority(host: str, port: int) -> str:

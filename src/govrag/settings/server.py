@@ -33,6 +33,12 @@ class ServerSettings(Section):
     #: Requests worked on at once (``/healthz`` and ``/metrics`` aside); one more is a 503
     #: ``overloaded`` with ``Retry-After``, never a queue.
     max_in_flight: int = Field(default=32, ge=1, le=10_000)
+    #: Processes serving the HTTP API (``govrag serve``); on a machine with several cores,
+    #: one per core serves more requests at once. Each opens the deployment itself; the
+    #: per-caller rate limit is split among them, and ``/metrics`` shows the counters of
+    #: the process that answered (govrag/server/worker.py). ``govrag mcp --transport http``
+    #: keeps MCP sessions in one process and takes 1 only.
+    workers: int = Field(default=1, ge=1, le=64)
     #: On SIGTERM or SIGINT, how long in-flight requests may still finish, in seconds.
     drain_s: float = Field(default=30.0, ge=0.0, le=3600.0)
     #: Serve Prometheus metrics at ``GET /metrics`` (no document text, query or subject in
