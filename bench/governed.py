@@ -8,7 +8,7 @@ audit record. The baseline is ``KnowledgeStore.search`` of
 the same corpus with the same query and principal, on the same store, interleaved query by
 query. Two governed shapes are timed: a new session per search (what ``govrag search`` does:
 one more durable commit, the session and its ``route_pinned`` event) and a continued session
-(an agent's later turns).
+(an agent's later turns). The gateway's result cache is off, so both search.
 """
 
 from __future__ import annotations
@@ -47,6 +47,9 @@ def _deployment(store_root: Path, root: Path, probes: list[synthetic.Probe]) -> 
         store={"url": f"sqlite:///{store_root / 'govrag.db'}",
                "index_dir": str(store_root / "index")},
         embedder={"name": "hash", "dim": synthetic.EMBED_DIM},
+        # Off: the continued session repeats the new session's query, and a cached ranking
+        # would time the cache, not the governed path.
+        gateway={"cache_entries": 0},
     )  # fmt: skip
 
 
