@@ -20,7 +20,8 @@ from govrag.store.protocol import KnowledgeStore
 
 
 class Recorder:
-    """A commit function that records its transactions; the first one waits for ``release``."""
+    """A commit function that records its transactions; tenant t1's first one waits for
+    ``release``."""
 
     def __init__(self, *, fail_on: str | None = None) -> None:
         self.transactions: list[tuple[str, list[str]]] = []
@@ -29,7 +30,7 @@ class Recorder:
         self.fail_on = fail_on
 
     def __call__(self, key: str, items: Sequence[str]) -> list[str]:
-        if not self.transactions:
+        if not self.entered.is_set() and key == "t1":
             self.entered.set()
             assert self.release.wait(30)
         self.transactions.append((key, list(items)))
@@ -44,10 +45,15 @@ def _queued(group: GroupCommit[str, str], n: int) -> bool:
 
 
 def _run_blocked(
-    group: GroupCommit[str, str], recorder: Recorder, calls: list[tuple[str, str]]
+    group: GroupCommit[str, str],
+    recorder: Recorder,
+    calls: list[tuple[str, str]],
+    *,
+    meanwhile: Sequence[tuple[str, str]] = (),
 ) -> dict[str, object]:
-    """The first call enters its transaction and is held there; the others queue behind it;
-    then the first is released. Returns what each call returned or raised."""
+    """The first call enters its transaction and is held there; the others queue behind it,
+    and each of ``meanwhile`` (other tenants) runs to its end; then the first is released.
+    Returns what each call returned or raised."""
     out: dict[str, object] = {}
 
     def call(key: str, item: str) -> None:
@@ -59,6 +65,11 @@ def _run_blocked(
     first = threading.Thread(target=call, args=calls[0])
     first.start()
     assert recorder.entered.wait(30)
+    for c in meanwhile:
+        other = threading.Thread(target=call, args=c)
+        other.start()
+        other.join(30)
+        assert not other.is_alive(), f"{c} waited for another tenant's transaction"
     rest = [threading.Thread(target=call, args=c) for c in calls[1:]]
     for t in rest:
         t.start()
@@ -93,14 +104,17 @@ def test_callers_queued_behind_a_commit_share_the_next_one_in_order() -> None:
     assert sorted(recorder.transactions[1][1]) == ["b", "c", "d"]
 
 
-def test_tenants_never_share_a_transaction() -> None:
+def test_tenants_never_share_a_transaction_nor_wait_for_each_other() -> None:
+    """While tenant t1's first transaction is held open, t2's append commits on its own, and
+    t1's later callers share t1's next transaction."""
     recorder = Recorder()
     group: GroupCommit[str, str] = GroupCommit(recorder)
-    out = _run_blocked(group, recorder, [("t1", "a"), ("t1", "b"), ("t2", "x"), ("t1", "c")])
-    assert out == {"a": "t1:a", "b": "t1:b", "x": "t2:x", "c": "t1:c"}
-    for key, items in recorder.transactions:
-        assert all(out[i] == f"{key}:{i}" for i in items)
-    assert {k for k, _ in recorder.transactions} == {"t1", "t2"}
+    out = _run_blocked(group, recorder, [("t1", "a"), ("t1", "b"), ("t1", "c")],
+                       meanwhile=[("t2", "x")])  # fmt: skip
+    assert out == {"a": "t1:a", "b": "t1:b", "c": "t1:c", "x": "t2:x"}
+    assert recorder.transactions[0] == ("t2", ["x"])  # while t1's was held open
+    assert [(k, sorted(i)) for k, i in recorder.transactions[1:]] == [
+        ("t1", ["a"]), ("t1", ["b", "c"])]  # fmt: skip
 
 
 def test_a_failed_transaction_fails_every_caller_in_it_and_no_other() -> None:

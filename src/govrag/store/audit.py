@@ -192,7 +192,10 @@ class AuditRepository:
         #: Replaced (never mutated) by :meth:`observe_audit`, so iterating it needs no lock.
         self._observers: tuple[AuditObserver, ...] = ()
         #: Concurrent appends share a durable commit (``group_commit.py``).
-        self._group: GroupCommit[_Draft, AuditEvent] = GroupCommit(self._commit_drafts)
+        lock = db.connection_lock
+        self._group: GroupCommit[_Draft, AuditEvent] = GroupCommit(
+            self._commit_drafts, turn=None if lock is None else (lambda _tenant: lock)
+        )
 
     def observe_audit(self, observer: AuditObserver) -> None:
         """Call ``observer(event)`` after each audit event this handle commits. An observer

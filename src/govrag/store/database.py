@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
@@ -38,6 +39,9 @@ class Database(Protocol):
     dialect: Dialect
     #: The driver's exceptions for a statement that broke a unique index or key.
     unique_violation: tuple[type[Exception], ...]
+    #: The lock of the one connection every transaction runs on (SQLite); ``None`` when
+    #: transactions take connections from a pool (PostgreSQL).
+    connection_lock: threading.RLock | None
 
     def tx(self, tenant: str, *, read: bool = False) -> AbstractContextManager[Conn]:
         """One transaction on behalf of ``tenant``; ``read`` when it writes nothing."""

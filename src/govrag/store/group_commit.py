@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -42,14 +43,30 @@ class _Ticket(Generic[I, R]):
 
 class GroupCommit(Generic[I, R]):
     """Commits items through ``commit(key, items) -> results`` (one result per item, in
-    order, all in one transaction), batching callers that arrive while another commits."""
+    order, all in one transaction), batching callers that arrive while another commits.
 
-    def __init__(self, commit: Callable[[str, Sequence[I]], Sequence[R]]) -> None:
+    ``turn(key)`` is held by the one caller running a transaction of ``key``: by default a
+    lock per key, so keys (tenants) commit in parallel; a database with one connection passes
+    that connection's lock, so a thread already inside one of its transactions re-enters it
+    and fails at once (a transaction cannot begin inside another) instead of waiting for a
+    committer that waits for it.
+    """
+
+    def __init__(
+        self,
+        commit: Callable[[str, Sequence[I]], Sequence[R]],
+        *,
+        turn: Callable[[str], AbstractContextManager[object]] | None = None,
+    ) -> None:
         self._commit = commit
         self._queue: list[_Ticket[I, R]] = []
         self._queue_lock = threading.Lock()
-        #: Held by the one caller running a transaction.
-        self._turn = threading.Lock()
+        self._turns: dict[str, threading.Lock] = {}
+        self._turn = turn if turn is not None else self._key_lock
+
+    def _key_lock(self, key: str) -> threading.Lock:
+        with self._queue_lock:
+            return self._turns.setdefault(key, threading.Lock())
 
     def submit(self, key: str, item: I) -> R:
         """Commit ``item`` (with any queued items of ``key``) and return its result once its
@@ -58,7 +75,7 @@ class GroupCommit(Generic[I, R]):
         with self._queue_lock:
             self._queue.append(ticket)
         ran: BaseException | None = None
-        with self._turn:
+        with self._turn(key):
             while not ticket.done:
                 ran = self._run(key) or ran
         if ticket.error is not None:
@@ -69,17 +86,26 @@ class GroupCommit(Generic[I, R]):
         return ticket.result  # type: ignore[return-value]  # set whenever done without error
 
     def _run(self, key: str) -> BaseException | None:
-        """One transaction of ``key``'s queued items, oldest first; returns its error."""
+        """One transaction of ``key``'s queued items, oldest first; returns its error. Every
+        ticket taken off the queue is marked done whatever happens (an exception raised by
+        a signal included), so no caller waits for a transaction that is over."""
         with self._queue_lock:
             batch = [t for t in self._queue if t.key == key][:MAX_BATCH]
             taken = {id(t) for t in batch}
             self._queue = [t for t in self._queue if id(t) not in taken]
+        if not batch:  # the caller's own ticket is always queued or done: never here
+            raise StoreError("audit group commit: nothing queued for a waiting caller")
+        results: Sequence[R] | None = None
+        error: BaseException | None = None
         try:
             results = self._commit(key, [t.item for t in batch])
         except BaseException as exc:
-            for t in batch:
-                t.error, t.done = exc, True
-            return exc
-        for t, result in zip(batch, results, strict=True):
-            t.result, t.done = result, True
-        return None
+            error = exc
+        finally:
+            for i, t in enumerate(batch):
+                if error is None and results is not None and len(results) == len(batch):
+                    t.result = results[i]
+                else:
+                    t.error = error or StoreError("the audit commit was interrupted")
+                t.done = True
+        return error

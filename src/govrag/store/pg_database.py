@@ -88,6 +88,8 @@ class PgDatabase:
     ) -> None:
         self.url = url
         self.admin_url = admin_url or url
+        #: Transactions take connections from a pool (see :class:`Database`).
+        self.connection_lock: threading.RLock | None = None
         self.where = describe_server(url)
         if app_role is None and admin_url and admin_url != url:
             # The application connects as a role that owns nothing: grant it what it needs.

@@ -79,6 +79,8 @@ class SQLiteDatabase:
         #: Held by every statement on :attr:`connection` (re-entrant: a transaction's
         #: statements and the store's derived-index work nest inside it).
         self.lock = threading.RLock()
+        #: See :class:`~govrag.store.database.Database`: the one connection's lock.
+        self.connection_lock: threading.RLock | None = self.lock
         memory = self.path == ":memory:"
         try:
             if not memory:
