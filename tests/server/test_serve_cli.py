@@ -183,8 +183,69 @@ def test_mcp_over_http_refuses_several_workers(root: Path) -> None:
 
 
 def test_each_worker_allows_its_share_of_the_rate() -> None:
-    from govrag.server.worker import worker_share
+    from govrag.app.serving import worker_share
 
     assert worker_share(120.0, 30, 1) == {"rate_per_minute": 120.0, "rate_burst": 30}
     assert worker_share(120.0, 30, 4) == {"rate_per_minute": 30.0, "rate_burst": 7}
-    assert worker_share(120.0, 3, 8)["rate_burst"] == 1  # never none at all
+    assert worker_share(120.0, 8, 8)["rate_burst"] == 1  # serve refuses a burst below workers
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [({"GOVRAG_SERVER__RATE_BURST": "1"}, "rate_burst = 1 is below workers = 2"),
+     ({"GOVRAG_WRITEBACK__ENABLED": "true"}, "write-back overlay lives in the process")],
+)  # fmt: skip
+def test_several_workers_refuse_what_one_process_holds(
+    root: Path, env: dict[str, str], says: str
+) -> None:
+    """A burst the workers cannot share (each needs 1) and a write-back overlay (held by the
+    process that admitted it) are refused before listening, naming the fix."""
+    env = {"GOVRAG_AUTH__DEV_TOKENS": "true", "GOVRAG_SERVER__WORKERS": "2", **env}
+    done = govrag_cli(root, "serve", "--port", "1", env=env)
+    assert done.returncode == 2 and says in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_worker_started_again_serves_only_the_checked_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """uvicorn starts every worker again on SIGHUP, and each reads govrag.toml anew: after
+    an edit that `govrag serve` would refuse (development tokens on a public address), the
+    restarted workers refuse to serve it and stop the server, so no dev token is ever
+    accepted there."""
+    dep = tmp_path / "dep"
+    govrag.init(dep, tenant="bank", corpora=["policy"])
+    monkeypatch.setenv("GOVRAG_SERVER__WORKERS", "2")
+    port = free_port()
+    # A shared-secret key, so the first start has [auth] keys and no development tokens.
+    monkeypatch.setenv("IDP_SECRET", "s" * 40)
+    with (dep / "govrag.toml").open("a") as fh:
+        fh.write('\n[auth]\nissuer = "https://idp.example"\n'
+                 'keys = [{alg = "HS256", secret_env = "IDP_SECRET"}]\n')  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "GOVRAG_AUTH__DEV_TOKENS"}
+    command = [sys.executable, "-m", "govrag", "serve", "--host", "0.0.0.0",
+               "--port", str(port), "-d", str(dep)]  # fmt: skip
+    server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120  # a bound on start-up, not a timing assertion
+        while True:
+            assert server.poll() is None, server.communicate()[1][-2000:]
+            try:
+                if httpx.get(f"{url}/healthz", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "govrag serve did not start"
+                time.sleep(0.1)
+        toml = dep / "govrag.toml"
+        toml.write_text(toml.read_text().replace("[auth]\n", "[auth]\ndev_tokens = true\n"))
+        server.send_signal(signal.SIGHUP)  # log rotation, `systemctl reload`, ...
+        server.wait(120)  # the restarted workers refuse and stop the server
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    log = server.stderr.read() if server.stderr else ""
+    assert "changed since `govrag serve` started" in log, log[-3000:]
+    with pytest.raises(httpx.TransportError):  # nobody listens any more
+        httpx.get(f"{url}/healthz", timeout=5)

@@ -7,29 +7,20 @@ uvicorn's (which would write each request's raw path and query string)."""
 from __future__ import annotations
 
 import copy
-import ipaddress
 import os
 from typing import Annotated, Any
 
 import typer
 
 from govrag.app import Govrag
+from govrag.app.serving import serving_refusal, settings_digest
 from govrag.cli.common import DeploymentOpt, err, fail, guard, open_app
-from govrag.errors import ConfigError, MissingExtraError
+from govrag.errors import MissingExtraError
 from govrag.settings import ServerSettings
 
 
 def register(app: typer.Typer) -> None:
     app.command("serve")(serve)
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def uvicorn_options(server: ServerSettings) -> dict[str, Any]:
@@ -71,25 +62,10 @@ def run(app: Govrag, host: str, port: int, *, mcp: bool = False) -> None:
     """Serve ``app``'s HTTP API on ``host:port`` until stopped; with ``mcp`` also the MCP
     endpoint at ``/mcp`` (``govrag mcp --transport http``). Refuses, before listening, a
     deployment that could not verify a token or would let anyone sign one."""
-    if app.settings.auth.dev_tokens and not _loopback(host):
-        fail(ConfigError(f"refusing to listen on {host}: [auth] dev_tokens is on, and "
-                         "anyone who can read keys/dev-token-secret could sign a token "
-                         "as anyone; listen on 127.0.0.1, or turn dev_tokens off"))  # fmt: skip
-    auth = app.settings.auth
-    if not (auth.keys or auth.jwks_file or auth.dev_tokens):
-        fail(ConfigError("no [auth] keys: a served deployment takes identity from bearer "
-                         "tokens only; configure [auth] (docs/auth.md), or set "
-                         "[auth] dev_tokens = true for local development"))  # fmt: skip
-    # A key that cannot load is an error at start, not a 401 for every caller.
-    problems = [p for p in app.config_check().problems if not p.warning]
-    if problems:
-        fail(ConfigError("; ".join(str(p) for p in problems)))
+    refusal = serving_refusal(app, host, mcp=mcp)
+    if refusal is not None:
+        fail(refusal)
     server = app.settings.server
-    if mcp and server.workers > 1:
-        fail(ConfigError(f"[server] workers = {server.workers}: an MCP session lives in the "
-                         "process that opened it, so `govrag mcp --transport http` serves "
-                         "from one; set workers = 1 for it (govrag serve may use more)"
-                         ))  # fmt: skip
     try:
         import uvicorn
     except ImportError as exc:
@@ -112,11 +88,13 @@ def run(app: Govrag, host: str, port: int, *, mcp: bool = False) -> None:
     if server.workers == 1:
         uvicorn.run(api, **options)
         return
-    # Each worker opens the deployment this process resolved (govrag/server/worker.py);
-    # the application built above checked that it builds.
-    from govrag.server.worker import DEPLOYMENT_ENV
+    # Each worker opens the deployment this process resolved and checked, and refuses any
+    # other settings (govrag/server/worker.py, govrag/app/serving.py).
+    from govrag.server.worker import DEPLOYMENT_ENV, DIGEST_ENV, HOST_ENV
 
     os.environ[DEPLOYMENT_ENV] = str(app.settings.deployment.resolve())
+    os.environ[DIGEST_ENV] = settings_digest(app.settings)
+    os.environ[HOST_ENV] = host
     uvicorn.run("govrag.server.worker:create", factory=True, workers=server.workers, **options)
 
 

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import os
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
+from govrag.app.serving import loopback_address
 from govrag.errors import ConfigError
 from govrag.server.problems import problem
 
@@ -73,24 +73,12 @@ class MetricsAccess:
             )
         if any(name in request.headers for name in FORWARDING):
             return False
-        return request.client is not None and is_loopback(request.client.host)
+        return request.client is not None and loopback_address(request.client.host)
 
     @staticmethod
     def refused() -> JSONResponse:
         """The one answer to every request this rule refuses."""
         return problem(403, "forbidden", "Forbidden", REFUSED)
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (an address as the server saw it, never a name) is a loopback address,
-    an IPv4 one written as IPv6 (``::ffff:127.0.0.1``) included."""
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped.is_loopback
-    return address.is_loopback
 
 
 def _digest(secret: str) -> bytes:
