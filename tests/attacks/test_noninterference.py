@@ -326,14 +326,16 @@ def deployment_dir(root: Path) -> Path:
     return root
 
 
-def open_deployment(root: Path, store: dict[str, Any], budget: int) -> Deployment:
+def open_deployment(
+    root: Path, store: dict[str, Any], budget: int, search: dict[str, Any] | None = None
+) -> Deployment:
     return Deployment.load(
         root,
         default_tenant="t1",
         default_route="qa",
         store=store,
         embedder={"name": "hash", "dim": 64},
-        search={"marker_budget": budget},
+        search={"marker_budget": budget, **(search or {})},
     )
 
 
@@ -345,14 +347,14 @@ def deep(n: int) -> settings:
     )
 
 
-def run_on_sqlite(scenario: Scenario) -> str:
+def run_on_sqlite(scenario: Scenario, search: dict[str, Any] | None = None) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         root = deployment_dir(Path(tmp) / "dep")
 
         @contextmanager
         def open_world(name: str, budget: int) -> Iterator[Deployment]:
             store = {"url": f"sqlite:///{Path(tmp) / name}.db", "index_dir": f"{tmp}/{name}-ix"}
-            dep = open_deployment(root, store, budget)
+            dep = open_deployment(root, store, budget, search)
             try:
                 yield dep
             finally:
@@ -365,6 +367,16 @@ def run_on_sqlite(scenario: Scenario) -> str:
 @given(scenario=scenarios())
 def test_sqlite_outputs_do_not_depend_on_what_p_cannot_see(scenario: Scenario) -> None:
     event(run_on_sqlite(scenario))
+
+
+@deep(15)
+@given(scenario=scenarios())
+def test_sqlite_outputs_do_not_depend_on_what_p_cannot_see_with_the_binary_prefilter(
+    scenario: Scenario,
+) -> None:
+    """The vector leg's 1-bit prefilter forced on (every search over more than one readable
+    vector, one row kept per result): which rows it keeps depends on what P may read only."""
+    event(run_on_sqlite(scenario, {"binary_prefilter_rows": 1, "binary_rescore": 1}))
 
 
 @deep(30)

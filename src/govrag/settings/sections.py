@@ -105,6 +105,13 @@ class SearchSettings(Section):
     #: cut at this depth, so they fuse the same candidates. Deeper costs PostgreSQL's
     #: filtered HNSW walk more than linearly and buys little: bench/RESULTS.md (a) and (c).
     vector_fusion_depth: int = Field(default=20, ge=1, le=10_000)
+    #: SQLite: when the caller may read more than this many vectors, the vector leg first
+    #: ranks them by 1-bit codes (Hamming distance) and scores exactly only the
+    #: ``binary_rescore`` x depth closest; 0 turns it off (always exact). An approximation:
+    #: recall against exact search in bench/RESULTS.md (r).
+    binary_prefilter_rows: int = Field(default=0, ge=0, le=1_000_000_000)
+    #: SQLite: how many rows per result the 1-bit ranking keeps for exact scoring.
+    binary_rescore: int = Field(default=40, ge=1, le=10_000)
 
     @field_validator("marker_min_term_share")
     @classmethod

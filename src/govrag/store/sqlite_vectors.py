@@ -16,7 +16,7 @@ from govrag.store.database import Database
 from govrag.store.outbox import pending, snapshot, vector_space
 from govrag.store.records import AccessScope
 from govrag.store.search import SearchConfig
-from govrag.store.vectors import VectorIndex
+from govrag.store.vectors import BinaryPrefilter, VectorIndex
 
 
 class SQLiteVectors:
@@ -62,8 +62,14 @@ class SQLiteVectors:
         doc_ids: Sequence[int] | None,
         limit: int,
     ) -> tuple[list[tuple[int, float]], bool]:
-        """Exact top-``limit`` under the access predicate; never truncated."""
+        """Top-``limit`` under the access predicate (exact, or among the rows the 1-bit
+        prefilter keeps when ``[search] binary_prefilter_rows`` is set); never truncated."""
         index = self._matrices.get(scope.tenant)
         if index is None:
             return [], False
-        return index.search(query, **leg_args(scope, acl, doc_ids, limit)), False
+        settings = self._config.settings
+        prefilter = None
+        if settings.binary_prefilter_rows > 0:
+            prefilter = BinaryPrefilter(settings.binary_prefilter_rows, settings.binary_rescore)
+        args = leg_args(scope, acl, doc_ids, limit)
+        return index.search(query, **args, prefilter=prefilter), False

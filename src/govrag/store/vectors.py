@@ -3,11 +3,22 @@
 An in-memory matrix per tenant, derived from the truth store like the lexical index. The ACL
 is applied as a boolean mask over rows *before* any top-k selection: a document is allowed
 when any of its ACL tokens is one of the caller's principal tokens. Nothing is post-filtered.
+
+With a :class:`BinaryPrefilter`, a search over many allowed rows first ranks them by a 1-bit
+code of each vector (the signs of its components, 48 bytes for 384 dimensions, against 1,536
+for the vector): Hamming distance to the query's code, a popcount over a few machine words
+per row. Only the closest ``rescore * limit`` rows (every row tied with the last one kept)
+are scored exactly, and the result is the exact top ``limit`` among them. A row's code and
+distance depend on that row and the query alone, and ties are kept whole, so which rows are
+rescored, and so the result, depends only on the rows the caller may read (noninterference,
+as for the exact scan). It is an approximation: an exact top-``limit`` row whose code is far
+from the query's is missed (recall measured in bench/RESULTS.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -15,6 +26,26 @@ import numpy.typing as npt
 from govrag.store.records import IndexedChunk
 
 _F32 = npt.NDArray[np.float32]
+_U64 = npt.NDArray[np.uint64]
+
+
+@dataclass(frozen=True)
+class BinaryPrefilter:
+    """Rank by the vectors' 1-bit codes first when more than ``min_rows`` rows are allowed,
+    and score exactly only the ``rescore * limit`` closest (module docstring)."""
+
+    min_rows: int
+    rescore: int
+
+
+def binary_code(vectors: npt.NDArray[np.floating], words: int) -> _U64:
+    """The sign bits of each row of ``vectors``, packed into ``words`` 64-bit words per row
+    (zero-padded): a component above zero is a 1."""
+    bits = np.packbits(np.asarray(vectors) > 0, axis=-1)
+    pad = words * 8 - bits.shape[-1]
+    if pad:
+        bits = np.concatenate([bits, np.zeros((*bits.shape[:-1], pad), np.uint8)], axis=-1)
+    return np.ascontiguousarray(bits).view(np.uint64)
 
 
 class VectorIndex:
@@ -25,6 +56,10 @@ class VectorIndex:
         self.applied_seq = 0
         self._n = 0
         self._vecs: _F32 = np.zeros((0, dim), dtype=np.float32)
+        self._words = (dim + 63) // 64
+        #: One row of 64-bit words per word of the codes (word-major): a distance is a few
+        #: contiguous passes, not a reduction along a short axis.
+        self._codes: _U64 = np.zeros((self._words, 0), dtype=np.uint64)
         self._cid = np.zeros(0, dtype=np.int64)
         self._didx = np.zeros(0, dtype=np.int64)
         self._alive = np.zeros(0, dtype=bool)
@@ -83,6 +118,7 @@ class VectorIndex:
             self._grow(max(1024, 2 * self._n))
         row = self._n
         self._vecs[row] = chunk.vector
+        self._codes[:, row] = binary_code(chunk.vector[None, :], self._words)[0]
         self._cid[row] = chunk.chunk_id
         self._didx[row] = d
         self._alive[row] = True
@@ -98,6 +134,9 @@ class VectorIndex:
             return out
 
         self._vecs = grow(self._vecs, (capacity, self.dim))
+        codes = np.zeros((self._words, capacity), dtype=np.uint64)
+        codes[:, : self._n] = self._codes[:, : self._n]
+        self._codes = codes
         self._cid = grow(self._cid, (capacity,))
         self._didx = grow(self._didx, (capacity,))
         self._alive = grow(self._alive, (capacity,))
@@ -107,6 +146,7 @@ class VectorIndex:
     def _compact(self) -> None:
         keep = np.flatnonzero(self._alive[: self._n])
         self._vecs = np.ascontiguousarray(self._vecs[keep])
+        self._codes = np.ascontiguousarray(self._codes[:, keep])
         self._cid = self._cid[keep]
         self._didx = self._didx[keep]
         self._alive = self._alive[keep]
@@ -131,8 +171,10 @@ class VectorIndex:
         max_classification: int | None,
         doc_ids: Sequence[int] | None,
         limit: int,
+        prefilter: BinaryPrefilter | None = None,
     ) -> list[tuple[int, float]]:
-        """Exact cosine top-``limit`` as (chunk id, score) over the allowed rows only."""
+        """Cosine top-``limit`` as (chunk id, score) over the allowed rows only: exact, or
+        among the rows ``prefilter`` keeps when more than its ``min_rows`` are allowed."""
         n = self._n
         if n == 0 or (corpora is not None and not corpora):
             return []
@@ -158,6 +200,8 @@ class VectorIndex:
         if len(rows) == 0:
             return []
         q = np.ascontiguousarray(query, dtype=np.float32)
+        if prefilter is not None and len(rows) > prefilter.min_rows:
+            rows = self._closest_codes(rows, q, prefilter.rescore * limit)
         key = q.tobytes()
         # einsum, not a BLAS product: BLAS kernels round a row's dot product differently
         # depending on where the row sits in the matrix, so a score (and an order among
@@ -183,6 +227,26 @@ class VectorIndex:
         # Order by score, then chunk id, so ties are deterministic across runs and backends.
         order = np.lexsort((cids, -top_scores))[:k]
         return [(int(cids[i]), float(top_scores[i])) for i in order]
+
+    def _closest_codes(
+        self, rows: npt.NDArray[np.intp], query: _F32, keep: int
+    ) -> npt.NDArray[np.intp]:
+        """The ``keep`` of ``rows`` whose codes are closest to the query's (Hamming), with
+        every row tied with the last one, in row order."""
+        if keep >= len(rows):
+            return rows
+        code = binary_code(query[None, :], self._words)[0]
+        # Gathering pays when few rows are allowed; else contiguous passes over every code.
+        gather = len(rows) * 8 < self._n
+        distance = np.zeros(len(rows) if gather else self._n, dtype=np.int16)
+        for word in range(self._words):
+            column = self._codes[word, rows] if gather else self._codes[word, : self._n]
+            distance += np.bitwise_count(column ^ code[word])
+        if not gather:
+            distance = distance[rows]
+        bound = np.partition(distance, keep - 1)[keep - 1]
+        closest: npt.NDArray[np.intp] = rows[distance <= bound]
+        return closest
 
     def _doc_mask(self, tokens: Sequence[str]) -> npt.NDArray[np.bool_]:
         allowed = np.zeros(len(self._doc_index) + 1, dtype=bool)
