@@ -3,8 +3,11 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/pip install -q -c constraints.txt
+# The benchmarks `make bench-NAME` runs alone (bench/README.md).
+BENCH_ONLY := scifact synthetic governed gateway writeback ingest pdp http mcp postgres
 
-.PHONY: compile demo test test-slow test-llm soak lint bench venv clean
+.PHONY: compile demo test test-slow test-llm soak lint bench venv clean bench-prefilter \
+	bench-cli bench-governed-100k $(addprefix bench-,$(BENCH_ONLY))
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -102,6 +105,20 @@ soak: $(VENV)/.stamp-dev
 
 bench: $(VENV)/.stamp-dev
 	$(BIN)/python -m bench.run
+
+# One target per figure of bench/RESULTS.md (each prints its figures beside their baseline).
+$(addprefix bench-,$(BENCH_ONLY)): bench-%: $(VENV)/.stamp-dev
+	$(BIN)/python -m bench.run --only $*
+
+# The governed path at 100k chunks (issue 33's figure; `make bench-governed` uses 20k).
+bench-governed-100k: $(VENV)/.stamp-dev
+	$(BIN)/python -m bench.run --only governed --gov-chunks 100000
+
+bench-prefilter: $(VENV)/.stamp-dev
+	$(BIN)/python -m bench.prefilter
+
+bench-cli: $(VENV)/.stamp-dev
+	$(BIN)/python -m bench.cli --repeat 5
 
 clean:
 	rm -rf $(VENV) $(LLM_VENV) demo-deployment bench/out
