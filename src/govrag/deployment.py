@@ -469,8 +469,8 @@ def settings_problems(settings: Settings, config: DeploymentConfig) -> list[Prob
                                f"[llm.profiles.{profile}] to {CONFIG_FILE}",
                                warning=True))  # fmt: skip
     if settings.search.binary_prefilter_rows and settings.embedder.name == "hash":
-        # Measured: recall@10 against exact search 0.07-0.35 on hash vectors (their signs
-        # say little), 0.996 on MiniLM's (bench/RESULTS.md (r)).
+        # Measured: recall@10 against exact search 0.02-0.13 on hash vectors (their signs
+        # say little), 0.997-0.999 on MiniLM's (bench/RESULTS.md (r)).
         out.append(Problem(CONFIG_FILE, "search.binary_prefilter_rows",
                            "the 1-bit prefilter ranks the 'hash' embedder's vectors poorly "
                            "(most of the exact top 10 missed); set it to 0, or use a "
