@@ -152,3 +152,19 @@ def test_config_check_warns_of_the_prefilter_on_hash_vectors(tmp_path: Path) -> 
         assert warned.warning and "minilm" in warned.message
     with govrag.open(tmp_path / "hash") as app:  # off by default: nothing to say
         assert not [p for p in app.config_check().problems if "binary" in p.field]
+
+
+def test_a_callers_cached_rows_never_outlive_a_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A filter's rows (and gathered vectors) are kept between searches, and any change to
+    the index drops them: a revocation shows in the very next search with the same filter,
+    and the kept filters stay within their byte budget."""
+    index = VectorIndex(2)
+    index.replace([], [chunk(i, i, [1.0, 0.01 * i], ("me",)) for i in range(1, 20)])
+    assert search(index, ["me"], limit=2) == [1, 2]
+    assert search(index, ["me"], limit=2) == [1, 2]  # from the kept rows
+    index.replace([1], [chunk(1, 1, [1.0, 0.01], ("other",))])  # revoked for "me"
+    assert search(index, ["me"], limit=2) == [2, 3]
+    monkeypatch.setattr("govrag.store.vectors.FILTER_CACHE_BYTES", 600)
+    for token in ("me", "other", "*", "x"):
+        search(index, [token])
+    assert index._filter_bytes <= 600 or len(index._filters) == 1
