@@ -66,6 +66,19 @@ def test_a_broken_key_stops_it_at_start(root: Path) -> None:
     assert done.returncode == 2 and "auth.jwks_file" in done.stderr
 
 
+def wait_until_healthy(url: str, server: subprocess.Popen[str], what: str) -> None:
+    """Until ``url`` answers ``/healthz``; fails if ``server`` exits first."""
+    deadline = time.monotonic() + 120  # a bound on start-up, not a timing assertion
+    while True:
+        assert server.poll() is None, server.communicate()[1][-2000:]
+        try:
+            if httpx.get(f"{url}/healthz", timeout=5).status_code == 200:
+                return
+        except httpx.TransportError:
+            assert time.monotonic() < deadline, f"{what} did not start"
+            time.sleep(0.1)
+
+
 @contextmanager
 def running(root: Path, *args: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """``govrag ARGS`` on a free loopback port until it answers ``/healthz``; yields its URL
@@ -77,15 +90,7 @@ def running(root: Path, *args: str) -> Iterator[tuple[str, subprocess.Popen[str]
                               stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120  # a bound on start-up, not a timing assertion
-        while True:
-            assert server.poll() is None, server.communicate()[1][-2000:]
-            try:
-                if httpx.get(f"{url}/healthz", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, f"govrag {args[0]} did not start"
-                time.sleep(0.1)
+        wait_until_healthy(url, server, f"govrag {args[0]}")
         yield url, server
     finally:
         server.send_signal(signal.SIGINT)
@@ -228,15 +233,7 @@ def test_a_worker_started_again_serves_only_the_checked_settings(
                               stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120  # a bound on start-up, not a timing assertion
-        while True:
-            assert server.poll() is None, server.communicate()[1][-2000:]
-            try:
-                if httpx.get(f"{url}/healthz", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, "govrag serve did not start"
-                time.sleep(0.1)
+        wait_until_healthy(url, server, "govrag serve")
         toml = dep / "govrag.toml"
         toml.write_text(toml.read_text().replace("[auth]\n", "[auth]\ndev_tokens = true\n"))
         server.send_signal(signal.SIGHUP)  # log rotation, `systemctl reload`, ...
