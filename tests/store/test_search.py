@@ -319,17 +319,19 @@ def test_drop_tenant_removes_everything_of_it_and_nothing_else(open_store: Store
     assert ids(other, "ana@x.example", "quarterly") == ["e"]
 
 
+@pytest.mark.parametrize("part", ["_marker_candidates", "_marker_contacts"])
 def test_a_failing_marker_fails_the_search(
-    bank: KnowledgeStore, monkeypatch: pytest.MonkeyPatch
+    bank: KnowledgeStore, monkeypatch: pytest.MonkeyPatch, part: str
 ) -> None:
-    """Run beside the ranking (PostgreSQL) or before it (SQLite), a marker that fails is the
-    search's failure, never a silently absent marker."""
+    """Its index query beside the ranking, its truth-store reads beside it (PostgreSQL) or
+    after it (SQLite): a marker that fails in either is the search's failure, never a
+    silently absent marker."""
     import govrag.store.search as search_module
 
     def broken(*args: object) -> object:
         raise RuntimeError("marker broke")
 
-    monkeypatch.setattr(search_module, "_hidden_marker", broken)
+    monkeypatch.setattr(search_module, part, broken)
     with pytest.raises(RuntimeError, match="marker broke"):
         ids(bank, "dora@x.example", "wire transfer", Strategy.HYBRID)
 
@@ -344,7 +346,7 @@ def test_a_failing_ranking_waits_for_the_marker(
 
     import govrag.store.search as search_module
 
-    real_marker, real_rank = search_module._hidden_marker, search_module._rank
+    real_marker, real_rank = search_module._marker_candidates, search_module._rank
     marker_done = threading.Event()
 
     def slow_marker(*args: Any) -> Any:
@@ -358,7 +360,7 @@ def test_a_failing_ranking_waits_for_the_marker(
             raise RuntimeError("ranking broke")
         return real_rank(*args, acl=acl)
 
-    monkeypatch.setattr(search_module, "_hidden_marker", slow_marker)
+    monkeypatch.setattr(search_module, "_marker_candidates", slow_marker)
     monkeypatch.setattr(search_module, "_rank", rank)
     with pytest.raises(RuntimeError, match="ranking broke"):
         ids(bank, "dora@x.example", "wire transfer", Strategy.HYBRID)

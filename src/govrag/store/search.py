@@ -32,7 +32,7 @@ import math
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from govrag.embed.base import Embedder, FloatArray
 from govrag.errors import ConfigError
@@ -136,10 +136,11 @@ class SearchBackend:
 
     search_settings: SearchSettings
     embedder: Embedder | None
-    #: Whether the hidden-item marker's keyword ranking may run on another thread while the
-    #: caller's ranking runs (each then reads on its own connection). PostgreSQL: yes, the
-    #: caller's vector leg is server time, and tantivy releases the GIL while it searches.
-    #: SQLite: no, the store serialises its searches on one connection.
+    #: Whether the whole hidden-item marker (its index query and its truth-store reads) may
+    #: run on another thread while the caller's ranking runs, each on its own connection.
+    #: PostgreSQL: yes, the caller's vector leg is server time, and tantivy releases the GIL
+    #: while it searches. SQLite: its store serialises reads on one connection, so only the
+    #: marker's index query runs beside the ranking, and the truth store checks it after.
     concurrent_marker: bool
     known_corpora: Callable[[str], list[str]]
     resolve_access: ResolveAccessFn
@@ -252,23 +253,28 @@ def run_search(
     # nothing.
     hidden = HiddenMarker()
     marker: Future[HiddenMarker] | None = None
+    candidates: Future[list[int]] | None = None
     if backend.search_settings.hidden_marker and not request.filters:
         judged = terms if request.marker_query is None else default_analyzer().analyze(
             request.marker_query)  # fmt: skip
-        marker_args = (backend, scope, request, judged)
         if backend.concurrent_marker:
-            marker = _marker_pool().submit(_hidden_marker, *marker_args)
+            marker = _marker_pool().submit(_hidden_marker, backend, scope, judged)
         else:
-            hidden = _hidden_marker(*marker_args)
+            # The candidates are an index query, which needs no truth-store connection: it
+            # runs beside the caller's ranking, and the truth store checks them after it.
+            candidates = _marker_pool().submit(_marker_candidates, backend, scope, judged)
 
     try:
         ranked, truncated = _rank(backend, scope, request, terms, qvec, doc_ids, acl=True)
     except BaseException:
-        if marker is not None:
-            wait([marker])  # never leave it reading from a store the caller may now close
+        # Never leave one reading from a store the caller may now close.
+        pending: list[Future[Any]] = [f for f in (marker, candidates) if f is not None]
+        wait(pending)
         raise
     if marker is not None:
         hidden = marker.result()
+    if candidates is not None:
+        hidden = _marker_contacts(backend, scope, candidates.result())
     ids = [cid for cid, _ in ranked]
     readable = backend.readable_chunks(scope, ids)
     stale = [cid for cid in ids if cid not in readable]
@@ -327,7 +333,7 @@ def marker_min_terms(n: int, share: float) -> int | None:
 
 
 def _hidden_marker(
-    backend: SearchBackend, scope: AccessScope, request: SearchRequest, terms: Sequence[str]
+    backend: SearchBackend, scope: AccessScope, terms: Sequence[str]
 ) -> HiddenMarker:
     """Whether a relevant document the caller could ask its owner for was removed by access
     rules, and whom to ask (see the module docstring for the rule).
@@ -341,13 +347,27 @@ def _hidden_marker(
 
     Content-free by construction: only source systems and author emails leave this function.
     """
-    settings = backend.search_settings
+    return _marker_contacts(backend, scope, _marker_candidates(backend, scope, terms))
+
+
+def _marker_candidates(
+    backend: SearchBackend, scope: AccessScope, terms: Sequence[str]
+) -> list[int]:
+    """The withheld chunks, lowest id first, that hold enough of the query's distinct terms
+    (by the derived index: the truth store re-checks them in :func:`_marker_contacts`)."""
     distinct = list(dict.fromkeys(t for t in terms if t))
-    need = marker_min_terms(len(distinct), settings.marker_min_term_share)
+    need = marker_min_terms(len(distinct), backend.search_settings.marker_min_term_share)
     if need is None:
-        return HiddenMarker()
-    candidates = backend.withheld_chunks(scope, distinct, min_terms=need, limit=MARKER_CANDIDATES)
-    wanted = settings.marker_max_contacts
+        return []
+    return backend.withheld_chunks(scope, distinct, min_terms=need, limit=MARKER_CANDIDATES)
+
+
+def _marker_contacts(
+    backend: SearchBackend, scope: AccessScope, candidates: Sequence[int]
+) -> HiddenMarker:
+    """The marker of ``candidates``: whom to ask, from the first that the truth store says
+    the caller may not read."""
+    wanted = backend.search_settings.marker_max_contacts
     first: dict[tuple[str, str | None], None] = {}
     # The truth store decides, a few candidates at a time in id order: the contacts are the
     # first ``wanted`` distinct ones, so the later candidates are read only when the first
