@@ -31,8 +31,9 @@ import numpy.typing as npt
 from bench import synthetic
 from bench.common import say
 from govrag.eval.metrics import percentile
+from govrag.store.binary_codes import BinaryPrefilter
 from govrag.store.records import IndexedChunk
-from govrag.store.vectors import BinaryPrefilter, VectorIndex
+from govrag.store.vectors import VectorIndex
 
 OUT_DIR = Path(__file__).resolve().parent / "out"
 SCIFACT = Path("/work/shared/data/scifact")

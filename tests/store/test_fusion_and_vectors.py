@@ -11,9 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import govrag
+from govrag.store.binary_codes import BinaryPrefilter, binary_code
 from govrag.store.fusion import rrf
 from govrag.store.records import IndexedChunk
-from govrag.store.vectors import BinaryPrefilter, VectorIndex, binary_code
+from govrag.store.vectors import VectorIndex
 
 from conftest import examples
 

@@ -12,11 +12,12 @@ from collections.abc import Sequence
 
 from govrag.embed.base import FloatArray
 from govrag.store.acl import leg_args
+from govrag.store.binary_codes import BinaryPrefilter
 from govrag.store.database import Database
 from govrag.store.outbox import pending, snapshot, vector_space
 from govrag.store.records import AccessScope
 from govrag.store.search import SearchConfig
-from govrag.store.vectors import BinaryPrefilter, VectorIndex
+from govrag.store.vectors import VectorIndex
 
 
 class SQLiteVectors:

@@ -7,51 +7,25 @@ A filter's rows, and their vectors gathered into one contiguous matrix, are kept
 (corpora, principal tokens, ceiling) until the index changes: a caller's next search builds
 no mask and gathers nothing (at half the rows readable, half the cost of a full product).
 
-With a :class:`BinaryPrefilter`, a search over many allowed rows first ranks them by a 1-bit
-code of each vector (the signs of its components, 48 bytes for 384 dimensions, against 1,536
-for the vector): Hamming distance to the query's code, a popcount over a few machine words
-per row. Only the closest ``rescore * limit`` rows (every row tied with the last one kept)
-are scored exactly, and the result is the exact top ``limit`` among them. A row's code and
-distance depend on that row and the query alone, and ties are kept whole, so which rows are
-rescored, and so the result, depends only on the rows the caller may read (noninterference,
-as for the exact scan). It is an approximation: an exact top-``limit`` row whose code is far
-from the query's is missed (recall measured in bench/RESULTS.md).
+With a :class:`~govrag.store.binary_codes.BinaryPrefilter`, a search over many allowed rows
+first keeps those whose 1-bit codes are closest to the query's, and scores exactly only them
+(``binary_codes.py``: an approximation, opt-in, with noninterference kept).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from govrag.store.binary_codes import BinaryPrefilter, binary_code, closest, words_for
 from govrag.store.records import IndexedChunk
 
 _F32 = npt.NDArray[np.float32]
-_U64 = npt.NDArray[np.uint64]
 #: Bytes of per-filter row sets and gathered vectors an index keeps (LRU).
 FILTER_CACHE_BYTES = 256 * 2**20
-
-
-@dataclass(frozen=True)
-class BinaryPrefilter:
-    """Rank by the vectors' 1-bit codes first when more than ``min_rows`` rows are allowed,
-    and score exactly only the ``rescore * limit`` closest (module docstring)."""
-
-    min_rows: int
-    rescore: int
-
-
-def binary_code(vectors: npt.NDArray[np.floating], words: int) -> _U64:
-    """The sign bits of each row of ``vectors``, packed into ``words`` 64-bit words per row
-    (zero-padded): a component above zero is a 1."""
-    bits = np.packbits(np.asarray(vectors) > 0, axis=-1)
-    pad = words * 8 - bits.shape[-1]
-    if pad:
-        bits = np.concatenate([bits, np.zeros((*bits.shape[:-1], pad), np.uint8)], axis=-1)
-    return np.ascontiguousarray(bits).view(np.uint64)
 
 
 class VectorIndex:
@@ -62,10 +36,9 @@ class VectorIndex:
         self.applied_seq = 0
         self._n = 0
         self._vecs: _F32 = np.zeros((0, dim), dtype=np.float32)
-        self._words = (dim + 63) // 64
-        #: One row of 64-bit words per word of the codes (word-major): a distance is a few
-        #: contiguous passes, not a reduction along a short axis.
-        self._codes: _U64 = np.zeros((self._words, 0), dtype=np.uint64)
+        self._words = words_for(dim)
+        #: The rows' 1-bit codes, word-major (``binary_codes.py``).
+        self._codes = np.zeros((self._words, 0), dtype=np.uint64)
         self._cid = np.zeros(0, dtype=np.int64)
         self._didx = np.zeros(0, dtype=np.int64)
         self._alive = np.zeros(0, dtype=bool)
@@ -201,7 +174,7 @@ class VectorIndex:
             return []
         q = np.ascontiguousarray(query, dtype=np.float32)
         if prefilter is not None and len(rows) > prefilter.min_rows:
-            rows, vecs = self._closest_codes(rows, q, prefilter.rescore * limit), None
+            rows, vecs = closest(self._codes, self._n, rows, q, prefilter.rescore * limit), None
         key = q.tobytes()
         # einsum, not a BLAS product: BLAS kernels round a row's dot product differently
         # depending on where the row sits in the matrix, so a score (and an order among
@@ -286,26 +259,6 @@ class VectorIndex:
             mask &= wanted[self._didx[:n]]
         rows: npt.NDArray[np.intp] = np.flatnonzero(mask)
         return rows
-
-    def _closest_codes(
-        self, rows: npt.NDArray[np.intp], query: _F32, keep: int
-    ) -> npt.NDArray[np.intp]:
-        """The ``keep`` of ``rows`` whose codes are closest to the query's (Hamming), with
-        every row tied with the last one, in row order."""
-        if keep >= len(rows):
-            return rows
-        code = binary_code(query[None, :], self._words)[0]
-        # Gathering pays when few rows are allowed; else contiguous passes over every code.
-        gather = len(rows) * 8 < self._n
-        distance = np.zeros(len(rows) if gather else self._n, dtype=np.int16)
-        for word in range(self._words):
-            column = self._codes[word, rows] if gather else self._codes[word, : self._n]
-            distance += np.bitwise_count(column ^ code[word])
-        if not gather:
-            distance = distance[rows]
-        bound = np.partition(distance, keep - 1)[keep - 1]
-        closest: npt.NDArray[np.intp] = rows[distance <= bound]
-        return closest
 
     def _doc_mask(self, tokens: Sequence[str]) -> npt.NDArray[np.bool_]:
         allowed = np.zeros(len(self._doc_index) + 1, dtype=bool)
