@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import govrag
 from govrag.store.binary_codes import BinaryPrefilter, binary_code
 from govrag.store.fusion import rrf
+from govrag.store.kept_filters import KEPT, KeptFilters
 from govrag.store.records import IndexedChunk
 from govrag.store.vectors import VectorIndex
 
@@ -165,7 +166,27 @@ def test_a_callers_cached_rows_never_outlive_a_change(monkeypatch: pytest.Monkey
     assert search(index, ["me"], limit=2) == [1, 2]  # from the kept rows
     index.replace([1], [chunk(1, 1, [1.0, 0.01], ("other",))])  # revoked for "me"
     assert search(index, ["me"], limit=2) == [2, 3]
-    monkeypatch.setattr("govrag.store.vectors.FILTER_CACHE_BYTES", 600)
+    monkeypatch.setattr("govrag.store.kept_filters.BUDGET_BYTES", 600)
+    other = VectorIndex(2)  # the budget is the process's: every index shares it
+    other.replace([], [chunk(i, i, [1.0, 0.02 * i], ("me",)) for i in range(1, 20)])
     for token in ("me", "other", "*", "x"):
         search(index, [token])
-    assert index._filter_bytes <= 600 or len(index._filters) == 1
+        search(other, [token])
+        assert KEPT.nbytes() <= 600
+    index.release()
+    other.release()
+
+
+def test_kept_filters_drop_their_owner_and_stay_within_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("govrag.store.kept_filters.BUDGET_BYTES", 1_000)
+    kept = KeptFilters()
+    rows = np.arange(50, dtype=np.intp)  # 400 bytes
+    kept.put(1, "a", (rows, None))
+    kept.put(2, "a", (rows, None))
+    assert kept.get(1, "a") is not None and kept.nbytes() == 800
+    kept.put(1, "b", (rows, None))  # over budget: the least recently used goes (owner 2's)
+    assert kept.get(2, "a") is None and kept.nbytes() == 800
+    kept.drop(1)
+    assert kept.nbytes() == 0 and kept.get(1, "a") is None and kept.get(1, "b") is None

@@ -47,7 +47,9 @@ class SQLiteVectors:
             index.applied_seq = applied
 
     def reset(self, tenant: str) -> None:
-        self._matrices.pop(tenant, None)
+        index = self._matrices.pop(tenant, None)
+        if index is not None:
+            index.release()
 
     def access_drift(self, tenant: str, *, repair: bool) -> int:
         # No stored vector row carries access columns here: the matrix takes them from the

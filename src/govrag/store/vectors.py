@@ -4,8 +4,9 @@ An in-memory matrix per tenant, derived from the truth store like the lexical in
 is applied as a boolean mask over rows *before* any top-k selection: a document is allowed
 when any of its ACL tokens is one of the caller's principal tokens. Nothing is post-filtered.
 A filter's rows, and their vectors gathered into one contiguous matrix, are kept per filter
-(corpora, principal tokens, ceiling) until the index changes: a caller's next search builds
-no mask and gathers nothing (at half the rows readable, half the cost of a full product).
+(corpora, principal tokens, ceiling) until the index changes, within one byte budget per
+process (``kept_filters.py``): a caller's next search builds no mask and gathers nothing (at
+half the rows readable, half the cost of a full product).
 
 With a :class:`~govrag.store.binary_codes.BinaryPrefilter`, a search over many allowed rows
 first keeps those whose 1-bit codes are closest to the query's, and scores exactly only them
@@ -14,18 +15,16 @@ first keeps those whose 1-bit codes are closest to the query's, and scores exact
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
 from govrag.store.binary_codes import BinaryPrefilter, binary_code, closest, words_for
+from govrag.store.kept_filters import KEPT, new_owner
 from govrag.store.records import IndexedChunk
 
 _F32 = npt.NDArray[np.float32]
-#: Bytes of per-filter row sets and gathered vectors an index keeps (LRU).
-FILTER_CACHE_BYTES = 256 * 2**20
 
 
 class VectorIndex:
@@ -53,12 +52,12 @@ class VectorIndex:
         self._dead = 0
         #: (query bytes, scores of every row) of the last full product; cleared on any change.
         self._memo: tuple[bytes, _F32] | None = None
-        #: Per filter (corpora, tokens, ceiling): its rows and, when not too large, their
-        #: vectors gathered (LRU within FILTER_CACHE_BYTES); cleared on any change.
-        self._filters: OrderedDict[tuple[object, ...], tuple[npt.NDArray[np.intp], _F32 | None]] = (
-            OrderedDict()
-        )
-        self._filter_bytes = 0
+        #: Who this index is in the process's kept filters (``kept_filters.py``).
+        self._owner = new_owner()
+
+    def release(self) -> None:
+        """Give back what this index keeps per filter (it is being dropped)."""
+        KEPT.drop(self._owner)
 
     def __len__(self) -> int:
         return int(self._alive[: self._n].sum())
@@ -67,8 +66,7 @@ class VectorIndex:
     def replace(self, doc_ids: Iterable[int], chunks: Iterable[IndexedChunk]) -> None:
         """Drop every row of ``doc_ids``, then add ``chunks`` (whose docs must be among them)."""
         self._memo = None
-        self._filters.clear()
-        self._filter_bytes = 0
+        KEPT.drop(self._owner)
         for doc_id in doc_ids:
             self._drop_doc(doc_id)
         for chunk in chunks:
@@ -211,22 +209,17 @@ class VectorIndex:
         filter until the index changes (a caller's next search rebuilds neither)."""
         key = (None if corpora is None else tuple(corpora),
                None if acl_tokens is None else tuple(acl_tokens), ceiling)  # fmt: skip
-        found = self._filters.get(key)
+        found = KEPT.get(self._owner, key)
         if found is not None:
-            self._filters.move_to_end(key)
             return found
         rows = self._rows(corpora, acl_tokens, ceiling, None)
         vecs = None
-        if rows.size * self.dim * 4 <= FILTER_CACHE_BYTES // 2:
+        if KEPT.may_gather(rows.size * self.dim * 4):
             # Gathered once, scored contiguously after: no gather per search, and at half
             # the rows readable half the cost of a full product.
             vecs = np.ascontiguousarray(self._vecs[rows])
         entry = (rows, vecs)
-        self._filters[key] = entry
-        self._filter_bytes += rows.nbytes + (0 if vecs is None else vecs.nbytes)
-        while self._filter_bytes > FILTER_CACHE_BYTES and len(self._filters) > 1:
-            _, (old_rows, old_vecs) = self._filters.popitem(last=False)
-            self._filter_bytes -= old_rows.nbytes + (0 if old_vecs is None else old_vecs.nbytes)
+        KEPT.put(self._owner, key, entry)
         return entry
 
     def _rows(
