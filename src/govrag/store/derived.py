@@ -75,6 +75,13 @@ class DerivedIndexes:
             self._lexical[tenant] = index
         return index, fresh
 
+    def release(self) -> None:
+        """Drop this process's derived vector state of every tenant it searched (the store is
+        closing): what it keeps in memory goes back to the process."""
+        with self.lock:
+            for tenant in list(self._lexical):
+                self._vectors.reset(tenant)
+
     def forget(self, tenant: str) -> None:
         """Drop this process's derived indexes of a tenant (its rows are gone)."""
         with self.lock:

@@ -80,6 +80,7 @@ class Store:
         self._config.settings = settings
 
     def close(self) -> None:
+        self._parts.indexes.release()
         self._db.close()
 
     def __enter__(self) -> Self:

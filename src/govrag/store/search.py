@@ -27,8 +27,9 @@ security argument:
 
 from __future__ import annotations
 
-import functools
 import math
+import os
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -258,11 +259,13 @@ def run_search(
         judged = terms if request.marker_query is None else default_analyzer().analyze(
             request.marker_query)  # fmt: skip
         if backend.concurrent_marker:
-            marker = _marker_pool().submit(_hidden_marker, backend, scope, judged)
+            marker = _marker_pool(whole=True).submit(_hidden_marker, backend, scope, judged)
         else:
             # The candidates are an index query, which needs no truth-store connection: it
             # runs beside the caller's ranking, and the truth store checks them after it.
-            candidates = _marker_pool().submit(_marker_candidates, backend, scope, judged)
+            candidates = _marker_pool(whole=False).submit(
+                _marker_candidates, backend, scope, judged
+            )
 
     try:
         ranked, truncated = _rank(backend, scope, request, terms, qvec, doc_ids, acl=True)
@@ -313,10 +316,23 @@ MARKER_CANDIDATES = 64
 MARKER_BATCH = 8
 
 
-@functools.cache
-def _marker_pool() -> ThreadPoolExecutor:
-    """Threads for concurrent marker rankings (one per concurrent search, at most 4)."""
-    return ThreadPoolExecutor(max_workers=4, thread_name_prefix="govrag-marker")
+_pools: dict[tuple[int, bool], ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
+
+
+def _marker_pool(*, whole: bool) -> ThreadPoolExecutor:
+    """Threads for marker work beside the caller's ranking (one per concurrent search, at
+    most 4): ``whole`` markers (PostgreSQL, which may wait for a pooled connection) and index
+    queries alone (SQLite) on separate pools, so neither queues behind the other. Per process:
+    a forked child does not have its parent's threads, and would wait for them forever."""
+    key = (os.getpid(), whole)
+    with _pools_lock:
+        pool = _pools.get(key)
+        if pool is None:
+            pool = _pools[key] = ThreadPoolExecutor(
+                max_workers=4, thread_name_prefix="govrag-marker"
+            )
+        return pool
 
 
 def marker_min_terms(n: int, share: float) -> int | None:
