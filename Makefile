@@ -7,7 +7,7 @@ PIP := $(BIN)/pip install -q -c constraints.txt
 BENCH_ONLY := scifact synthetic governed gateway writeback ingest pdp http mcp postgres
 
 .PHONY: compile demo test test-slow test-llm soak lint bench venv clean bench-prefilter \
-	bench-cli bench-governed-100k $(addprefix bench-,$(BENCH_ONLY))
+	bench-cli bench-governed-100k bench-million $(addprefix bench-,$(BENCH_ONLY))
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -116,6 +116,10 @@ bench-governed-100k: $(VENV)/.stamp-dev
 
 bench-prefilter: $(VENV)/.stamp-dev
 	$(BIN)/python -m bench.prefilter
+
+# A million chunks on SQLite: exact beside the 1-bit prefilter, and one store's memory.
+bench-million: $(VENV)/.stamp-dev
+	$(BIN)/python -m bench.million
 
 bench-cli: $(VENV)/.stamp-dev
 	$(BIN)/python -m bench.cli --repeat 5

@@ -5,7 +5,8 @@ classifications, brute-force BM25 (with statistics over the documents the caller
 brute-force cosine. For random worlds and queries in every strategy:
 - every result is readable by the caller;
 - the exact legs (keyword, semantic) return the reference top-k over the allowed set, with
-  BM25 statistics counted over that set only;
+  BM25 statistics counted over that set only; with the vector leg's 1-bit prefilter forced
+  on, the semantic leg returns as many allowed rows as asked, each exactly scored, in order;
 - the hidden marker, whatever the strategy, is present exactly when an unreadable document
   the caller could ask for (same tenant, requested corpora, at or below the clearance) holds
   at least ``max(2, ceil(0.5 n))`` of the query's ``n`` distinct terms (none when ``n < 2``),
@@ -246,6 +247,21 @@ def test_sqlite_matches_reference_model(
             store.close()
 
 
+@settings(max_examples=examples(24), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@cases
+def test_sqlite_with_the_binary_prefilter_matches_reference_model(
+    world: World, query: str, ceiling: int, k: int, corpora: list[str] | None
+) -> None:
+    """The 1-bit prefilter forced on (every search over more than one readable row, as few
+    rows rescored as asked for): everything but the semantic top-k is as exact as without."""
+    with tempfile.TemporaryDirectory() as tmp:
+        store = make_store(Path(tmp), binary_prefilter_rows=1, binary_rescore=1)
+        try:
+            check_store(store, world, query, ceiling, k, corpora, approximate=True)
+        finally:
+            store.close()
+
+
 @settings(max_examples=examples(12), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @cases
 def test_postgres_matches_reference_model(
@@ -272,7 +288,11 @@ def check_store(
     ceiling: int,
     k: int,
     corpora: list[str] | None,
+    *,
+    approximate: bool = False,
 ) -> None:
+    """``approximate``: the store's vector leg may miss rows (the 1-bit prefilter); what it
+    returns must still be readable, exactly scored, in order, and as many as asked."""
     for tenant in TENANTS:
         records = to_records(world, tenant)
         if records:
@@ -304,6 +324,11 @@ def check_store(
                 assert {e for e, _ in got} <= can, "a result the caller may not read"
                 if strategy is Strategy.KEYWORD:
                     check_topk(got, lexical, k)
+                elif strategy is Strategy.SEMANTIC and approximate:
+                    assert len(got) == min(k, len(can))
+                    for ext, score in got:
+                        assert math.isclose(score, dense[ext], rel_tol=EPS, abs_tol=EPS)
+                    assert all(a[1] >= b[1] - EPS for a, b in itertools.pairwise(got))
                 elif strategy is Strategy.SEMANTIC:
                     check_topk(got, {e: s for e, s in dense.items() if e in can}, k)
                 check_marker(world, tenant, askable, can, result, query, email)

@@ -190,3 +190,45 @@ def test_kept_filters_drop_their_owner_and_stay_within_budget(
     assert kept.get(2, "a") is None and kept.nbytes() == 800
     kept.drop(1)
     assert kept.nbytes() == 0 and kept.get(1, "a") is None and kept.get(1, "b") is None
+
+
+def test_the_kept_budget_grows_with_the_vectors_held_and_shrinks_when_they_go(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A quarter of what the indexes hold may be kept (at least the floor): a large index's
+    filters stay kept, and a dropped index stops widening the budget (trimming what is
+    over it)."""
+    monkeypatch.setattr("govrag.store.kept_filters.BUDGET_BYTES", 1_000)
+    kept = KeptFilters()
+    rows = np.arange(100, dtype=np.intp)  # 800 bytes
+    assert kept.budget() == 1_000 and not kept.may_gather(800)
+    kept.hold(7, 8_000)
+    assert kept.budget() == 2_000 and kept.may_gather(800)
+    kept.put(7, "a", (rows, None))
+    kept.put(7, "b", (rows, None))
+    assert kept.nbytes() == 1_600
+    kept.hold(7, 0)  # the index went: back to the floor, the oldest entry out
+    assert kept.budget() == 1_000 and kept.nbytes() == 800 and kept.get(7, "a") is None
+
+
+def test_an_index_says_what_it_holds_until_released() -> None:
+    before = KEPT.budget()
+    index = VectorIndex(256)
+    index.replace([], [chunk(i, i, [1.0] * 256, ("me",)) for i in range(1, 5)])
+    assert KEPT._held[index._owner] == 4 * 256 * 4  # white-box: what the index said
+    index.release()
+    assert index._owner not in KEPT._held and KEPT.budget() == before
+
+
+def test_an_index_collected_without_release_is_forgotten() -> None:
+    import gc
+
+    index = VectorIndex(2)
+    index.replace([], [chunk(i, i, [1.0, 0.01 * i], ("me",)) for i in range(1, 5)])
+    search(index, ["me"])
+    owner = index._owner  # white-box: the index's name in the kept filters
+    del index
+    gc.collect()
+    KEPT.nbytes()  # any call forgets what was collected
+    assert owner not in KEPT._held
+    assert not [k for k in KEPT._entries if k[0] == owner]

@@ -15,6 +15,7 @@ first keeps those whose 1-bit codes are closest to the query's, and scores exact
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -52,12 +53,15 @@ class VectorIndex:
         self._dead = 0
         #: (query bytes, scores of every row) of the last full product; cleared on any change.
         self._memo: tuple[bytes, _F32] | None = None
-        #: Who this index is in the process's kept filters (``kept_filters.py``).
+        #: Who this index is in the process's kept filters (``kept_filters.py``); an index
+        #: collected without :meth:`release` is forgotten there too.
         self._owner = new_owner()
+        weakref.finalize(self, KEPT.forget_later, self._owner)
 
     def release(self) -> None:
         """Give back what this index keeps per filter (it is being dropped)."""
         KEPT.drop(self._owner)
+        KEPT.hold(self._owner, 0)
 
     def __len__(self) -> int:
         return int(self._alive[: self._n].sum())
@@ -73,6 +77,7 @@ class VectorIndex:
             self._add(chunk)
         if self._dead > 1024 and self._dead * 4 > self._n:
             self._compact()
+        KEPT.hold(self._owner, self._n * self.dim * 4)
 
     def _drop_doc(self, doc_id: int) -> None:
         d = self._doc_index.get(doc_id)
@@ -165,7 +170,7 @@ class VectorIndex:
             return []
         vecs: _F32 | None = None
         if doc_ids is None:
-            rows, vecs = self._readable(corpora, acl_tokens, max_classification)
+            rows, vecs = self._readable(corpora, acl_tokens, max_classification, prefilter)
         else:
             rows = self._rows(corpora, acl_tokens, max_classification, doc_ids)
         if len(rows) == 0:
@@ -203,10 +208,15 @@ class VectorIndex:
         return [(int(cids[i]), float(top_scores[i])) for i in order]
 
     def _readable(
-        self, corpora: Sequence[str] | None, acl_tokens: Sequence[str] | None, ceiling: int | None
+        self,
+        corpora: Sequence[str] | None,
+        acl_tokens: Sequence[str] | None,
+        ceiling: int | None,
+        prefilter: BinaryPrefilter | None,
     ) -> tuple[npt.NDArray[np.intp], _F32 | None]:
-        """The rows a filter allows and, when not too large, their vectors gathered: kept per
-        filter until the index changes (a caller's next search rebuilds neither)."""
+        """The rows a filter allows and, when not too large and not left to the prefilter,
+        their vectors gathered: kept per filter until the index changes (a caller's next
+        search rebuilds neither)."""
         key = (None if corpora is None else tuple(corpora),
                None if acl_tokens is None else tuple(acl_tokens), ceiling)  # fmt: skip
         found = KEPT.get(self._owner, key)
@@ -214,7 +224,8 @@ class VectorIndex:
             return found
         rows = self._rows(corpora, acl_tokens, ceiling, None)
         vecs = None
-        if KEPT.may_gather(rows.size * self.dim * 4):
+        prefiltered = prefilter is not None and rows.size > prefilter.min_rows
+        if not prefiltered and KEPT.may_gather(rows.size * self.dim * 4):
             # Gathered once, scored contiguously after: no gather per search, and at half
             # the rows readable half the cost of a full product.
             vecs = np.ascontiguousarray(self._vecs[rows])
