@@ -251,22 +251,16 @@ def test_click_does_not_confirm_a_document_of_a_corpus_p_may_not_retrieve(
     assert seen[0] == seen[1]
 
 
-# -- 6. PostgreSQL: one HNSW graph for every tenant --------------------------------------------
-@pytest.mark.xfail(
-    strict=True,
-    reason="known residual (README): PostgreSQL's HNSW walk runs on one index per dimension "
-    "over every tenant's vectors; the exact path (the default up to "
-    "search.exact_vector_threshold readable vectors) is not affected",
-)
+# -- 6. PostgreSQL: one HNSW graph per tenant (migration 12) ----------------------------------
 def test_another_tenants_vectors_do_not_change_my_vector_results(
     pg_cluster: Any, tmp_path: Path
 ) -> None:
     """P's tenant t1 is identical in both worlds; in world B another tenant holds 1,100
-    vectors next to P's query. The HNSW index is one per dimension over ``chunk_vectors`` of
-    every tenant, and the filtered walk spends ``hnsw.max_scan_tuples`` on t2's rows before it
-    reaches t1's: P's results vanish and ``truncated`` turns true. (README's residual speaks
-    of "a graph built over every vector of the tenant".) Small figures stand in for the
-    defaults (20,000 readable vectors, 50,000 tuples) to keep the test light."""
+    vectors next to P's query. With one HNSW graph per dimension, the filtered walk spent
+    ``hnsw.max_scan_tuples`` on t2's rows before it reached t1's: P's results vanished and
+    ``truncated`` turned true. Each tenant's graph is now its own (migration 12). Small
+    figures stand in for the defaults (20,000 readable vectors, 50,000 tuples) to keep the
+    test light."""
     prober = with_claims(PROBER, doc_entitlements=())
     request = SearchRequest(query="merger memo", strategy=Strategy.SEMANTIC, top_k=10)
     seen = []

@@ -31,8 +31,13 @@ from govrag.harvest.records import DeleteRecord, Record  # noqa: E402
 from govrag.store.dialect import to_pyformat  # noqa: E402
 from govrag.store.migrations import migrate_postgres as migrate  # noqa: E402
 from govrag.store.migrations import migrations  # noqa: E402
-from govrag.store.pg_schema import ALL_READERS, READER_SETTING, TENANT_SETTING  # noqa: E402
-from govrag.store.pg_vectors import exact_statement, scope_sql  # noqa: E402
+from govrag.store.pg_schema import (  # noqa: E402
+    ALL_READERS,
+    READER_SETTING,
+    TENANT_SETTING,
+    vector_index_name,
+)
+from govrag.store.pg_vectors import exact_statement, scope_sql, walk_statement  # noqa: E402
 from govrag.store.postgres import PostgresStore  # noqa: E402
 from govrag.store.records import principal_token  # noqa: E402
 from govrag.types import Classification, SearchRequest, Strategy  # noqa: E402
@@ -318,3 +323,59 @@ def test_the_exact_path_reads_the_acl_index_as_the_app_role(
         )
     assert "Bitmap Index Scan on chunk_vectors_by_acl" in plan, plan
     assert "Seq Scan on chunk_vectors" not in plan, plan
+
+
+def test_each_tenant_walks_a_graph_of_its_own(
+    pg_cluster: PgServer, pg_store: PostgresStore, pg_db: str
+) -> None:
+    """Migration 12: a tenant's first embedded document creates its own HNSW index (a
+    partial index on its rows), none covers every tenant, and the walk, planned as the app
+    role with the tenant as a constant, reads its tenant's graph and no other."""
+    mine, theirs = f"h{next(_tenants)}", f"h{next(_tenants)}"
+    load(pg_store, [ident("ana@x.example", "A"), doc("a", TEXTS[0], ["A"])], mine)
+    load(pg_store, [doc("b", TEXTS[0], ["B"])], theirs)
+    dim = pg_store.embedder.dim
+    with psycopg.connect(pg_db, autocommit=True) as conn:  # a superuser: every index
+        defs = dict(conn.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'chunk_vectors' "
+            "AND indexname LIKE 'chunk\\_vectors\\_hnsw\\_%'"
+        ).fetchall())  # fmt: skip
+    assert {vector_index_name(mine, dim), vector_index_name(theirs, dim)} <= set(defs)
+    assert f"tenant_id = '{mine}'" in defs[vector_index_name(mine, dim)]
+    assert not [n for n in defs if n == f"chunk_vectors_hnsw_{dim}"]  # no shared graph
+    scope = pg_store._search_backend().resolve_access(
+        principal("ana@x.example", mine), (), every_corpus=True
+    )
+    conds, params = scope_sql(scope, True, None)
+    query = pg_store.embedder.embed_query(TEXTS[0])
+    app = psycopg.conninfo.make_conninfo(pg_db, user=PG_APP_ROLE)
+    with psycopg.connect(app) as conn:
+        register_vector(conn)
+        conn.execute("SELECT set_config(%s, %s, true)", (TENANT_SETTING, mine))
+        conn.execute("SET LOCAL enable_sort = off")  # as the walk sets them (pg_vectors.py)
+        conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+        plan = "\n".join(
+            r[0]
+            for r in conn.execute(
+                "EXPLAIN " + to_pyformat(pg_store.dialect.sql(walk_statement(dim, conds))),
+                (query, mine, *params, query, 10),
+            )
+        )
+    assert f"Index Scan using {vector_index_name(mine, dim)}" in plan, plan
+    assert vector_index_name(theirs, dim) not in plan, plan
+
+
+def test_a_dropped_tenant_graph_comes_back_on_open(pg_cluster: PgServer, tmp_path: Path) -> None:
+    dsn = new_pg_database(pg_cluster)
+    try:
+        store = make_pg_store(pg_cluster, dsn, tmp_path / "a")
+        load(store, [doc("a", TEXTS[0], ["A"])], "t9")
+        name = vector_index_name("t9", store.embedder.dim)
+        store.close()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"DROP INDEX {name}")
+        make_pg_store(pg_cluster, dsn, tmp_path / "b").close()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            assert conn.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", (name,)).fetchone()
+    finally:
+        drop_pg_database(pg_cluster, dsn)

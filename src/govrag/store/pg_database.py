@@ -21,7 +21,7 @@ from govrag.errors import MissingExtraError, StoreError
 from govrag.store.database import log
 from govrag.store.dialect import POSTGRES, Conn, Cursor, to_pyformat
 from govrag.store.migrations import migrate_postgres
-from govrag.store.pg_schema import AUDIT_DIRECTORY_SETTING, TENANT_SETTING, ensure_vector_index
+from govrag.store.pg_schema import AUDIT_DIRECTORY_SETTING, TENANT_SETTING, ensure_vector_indexes
 
 try:
     import psycopg
@@ -84,7 +84,6 @@ class PgDatabase:
         admin_url: str | None = None,
         app_role: str | None = None,
         pool_size: int = 4,
-        vector_dims: Sequence[int] = (),
     ) -> None:
         self.url = url
         self.admin_url = admin_url or url
@@ -99,9 +98,8 @@ class PgDatabase:
                 self.admin_url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
             ) as conn:
                 migrate_postgres(conn, app_role=app_role)
-                for dim in vector_dims:
-                    if ensure_vector_index(conn, dim):
-                        log.info("created the HNSW index for %d-dimensional vectors", dim)
+                for name in ensure_vector_indexes(conn):
+                    log.info("created the HNSW index %s", name)
         except psycopg.OperationalError as exc:
             raise _unreachable(exc, describe_server(self.admin_url)) from exc
         self._pool = psycopg_pool.ConnectionPool(

@@ -12,7 +12,9 @@ same truth. Differences that matter for scale-out:
   it sees nothing. Forced RLS applies to the table owner too; only superusers and roles with
   BYPASSRLS skip it, so the application role must be neither.
 - Vectors use pgvector's ``vector`` type (dimension per tenant, recorded in ``vector_spaces``);
-  an HNSW index per dimension in use is created on open (``ensure_vector_index``).
+  each tenant has an HNSW index of its own (a partial index created with its vector space by
+  migration 12's trigger, restored on open by ``ensure_vector_indexes``), so a walk meets
+  only that tenant's vectors.
 - The index outbox is numbered per tenant from ``tenants.outbox_seq``, incremented under the
   tenant row's lock, so entries become visible in sequence order: a reader that has applied
   up to N never misses an N-1 committed later (which a shared sequence would allow).
@@ -28,6 +30,7 @@ Requires the ``postgres`` extra (psycopg 3) and pgvector >= 0.8 on the server.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -92,30 +95,38 @@ def ensure_pgvector(conn: psycopg.Connection[Any]) -> tuple[int, ...]:
     return version
 
 
-def vector_index_name(dim: int) -> str:
-    return f"chunk_vectors_hnsw_{int(dim)}"
+def vector_index_name(tenant: str, dim: int) -> str:
+    """The name of ``tenant``'s HNSW index of ``dim``-dimensional vectors (migration 12's
+    ``govrag_vector_index_name``)."""
+    return f"chunk_vectors_hnsw_{int(dim)}_{hashlib.md5(tenant.encode()).hexdigest()[:16]}"
 
 
-def ensure_vector_index(conn: psycopg.Connection[Any], dim: int) -> bool:
-    """Create the HNSW index for ``dim``-dimensional vectors if missing; True if created.
+def ensure_vector_indexes(conn: psycopg.Connection[Any]) -> list[str]:
+    """Create every tenant's missing HNSW index (each is created with its tenant's vector
+    space, by migration 12's trigger; this restores any dropped since); the names created.
 
-    One partial index per dimension in use (a tenant's vector space fixes its dimension);
-    queries name the same expression and predicate, which is how the planner matches them.
+    One partial index per tenant and dimension: a walk meets only its own tenant's vectors.
+    ``conn`` is the schema owner's (autocommit); each tenant's vector space is read under the
+    tenant's own setting, as the forced policies want.
     """
     import psycopg
 
-    name = vector_index_name(dim)
+    created: list[str] = []
     try:
-        if conn.execute("SELECT 1 FROM pg_class WHERE relname = %s", (name,)).fetchone():
-            return False
-        conn.execute(
-            f"CREATE INDEX IF NOT EXISTS {name} ON chunk_vectors USING hnsw "
-            f"((embedding::vector({int(dim)})) vector_ip_ops) "
-            f"WHERE vector_dims(embedding) = {int(dim)}"
-        )
+        tenants = [r[0] for r in conn.execute("SELECT tenant_id FROM tenant_directory")]
+        for tenant in tenants:
+            with conn.transaction():
+                conn.execute("SELECT set_config(%s, %s, true)", (TENANT_SETTING, tenant))
+                for dim, made in conn.execute(
+                    "SELECT dim, govrag_ensure_tenant_vector_index(tenant_id, dim) "
+                    "FROM vector_spaces WHERE tenant_id = %s",
+                    (tenant,),
+                ).fetchall():
+                    if made:
+                        created.append(vector_index_name(tenant, int(dim)))
     except psycopg.Error as exc:
         raise StoreError(
-            f"cannot create the vector index {name} ({str(exc).strip()}); set [store] "
-            "admin_url to the schema owner's URL, or have the owner run govrag once"
+            f"cannot create the vector indexes ({str(exc).strip()}); set [store] admin_url "
+            "to the schema owner's URL, or have the owner run govrag once"
         ) from exc
-    return True
+    return created

@@ -11,9 +11,10 @@ kept by triggers), so the access predicate is evaluated on the vector row itself
   itself be costly, so a cheap bound decides first: index-only counts of the caller's ACL
   rows and of the requested corpora's documents, each stopped at the threshold. Only when
   one of them is within it can the readable set be small, and only then is it counted.
-- Otherwise an HNSW index scan with ``hnsw.iterative_scan = strict_order``, the access
-  predicate applied to every candidate inside the scan; ``hnsw.max_scan_tuples`` bounds the
-  walk, and a walk stopped by it before finding ``limit`` rows is reported as truncated.
+- Otherwise an HNSW index scan with ``hnsw.iterative_scan = strict_order`` of the tenant's
+  own graph (one partial index per tenant, migration 12), the access predicate applied to
+  every candidate inside the scan; ``hnsw.max_scan_tuples`` bounds the walk, and a walk
+  stopped by it before finding ``limit`` rows is reported as truncated.
 
 The rows' copies of the access columns are what :meth:`PgVectors.access_drift` checks and
 repairs (``govrag index verify`` / ``rebuild``), should the triggers ever have been disabled.
@@ -171,22 +172,21 @@ class PgVectors:
             # planner's estimate of the token overlap is rough (array statistics), so keep
             # it from sorting a filtered scan instead of walking the graph in distance order.
             conn.execute("SET LOCAL enable_sort = off")
+            # The tenant's own graph is a partial index (tenant_id = the tenant): the planner
+            # matches it only when it plans with the tenant as a constant, never in a generic
+            # plan of a prepared statement.
+            conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
             conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
             conn.execute(
                 f"SET LOCAL hnsw.ef_search = {min(1000, max(settings.hnsw_ef_search, limit))}"
             )
             conn.execute(f"SET LOCAL hnsw.max_scan_tuples = {settings.hnsw_max_scan_tuples}")
-            typed = f"CAST(v.embedding AS vector({dim}))"
             rows = conn.execute(
-                sql(
-                    f"SELECT v.chunk_id, -({typed} <#> CAST(? AS vector({dim}))) {_VECTORS} "
-                    f"AND vector_dims(v.embedding) = {dim}{conds} "
-                    f"ORDER BY {typed} <#> CAST(? AS vector({dim})) LIMIT ?"
-                ),
-                (qvec, scope.tenant, *params, qvec, limit),
+                sql(walk_statement(dim, conds)), (qvec, scope.tenant, *params, qvec, limit)
             ).fetchall()
             # The transaction may go on (a search pins one for all its reads).
             conn.execute("SET LOCAL enable_sort = on")
+            conn.execute("SET LOCAL plan_cache_mode = auto")
         hits = [(int(r[0]), float(r[1])) for r in rows]
         # A filtered walk is only reached with more than ``cap`` (>= ``limit``) ACL rows or
         # readable vectors: a short list means the scan bound (most likely) stopped it, so
@@ -207,6 +207,18 @@ def exact_statement(conds: str) -> str:
         "FROM (SELECT COUNT(*) AS n FROM allowed) n LEFT JOIN LATERAL ("
         "SELECT chunk_id, distance FROM allowed WHERE n.n <= ? "
         "ORDER BY distance, chunk_id LIMIT ?) s ON TRUE"
+    )
+
+
+def walk_statement(dim: int, conds: str) -> str:
+    """The walk: the tenant's ``dim``-dimensional vectors in distance order through its HNSW
+    index (the expression and predicate of migration 12's partial index), filtered by
+    ``conds``. Parameters: query vector, tenant, the conditions', query vector, ``limit``."""
+    typed = f"CAST(v.embedding AS vector({int(dim)}))"
+    return (
+        f"SELECT v.chunk_id, -({typed} <#> CAST(? AS vector({int(dim)}))) {_VECTORS} "
+        f"AND vector_dims(v.embedding) = {int(dim)}{conds} "
+        f"ORDER BY {typed} <#> CAST(? AS vector({int(dim)})) LIMIT ?"
     )
 
 

@@ -39,10 +39,7 @@ class PostgresStore(Store):
         search: SearchSettings | None = None,
     ) -> None:
         config = SearchConfig(search or SearchSettings(), embedder)
-        db = PgDatabase(
-            url, admin_url=admin_url, app_role=app_role, pool_size=pool_size,
-            vector_dims=() if embedder is None else (embedder.dim,),
-        )  # fmt: skip
+        db = PgDatabase(url, admin_url=admin_url, app_role=app_role, pool_size=pool_size)
         self.url, self.admin_url, self.where = db.url, db.admin_url, db.where
         # The derived indexes are this process's own: a lock of their own serialises them,
         # in a folder per server and database.
