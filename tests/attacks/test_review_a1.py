@@ -282,36 +282,25 @@ def test_another_tenants_vectors_do_not_change_my_vector_results(
     assert seen[0] == seen[1]
 
 
-@pytest.mark.parametrize(
-    "kind",
-    [
-        pytest.param(
-            "above-clearance",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="known residual (README): the bound that picks PostgreSQL's vector "
-                "path counts the caller's ACL rows whatever the document's classification",
-            ),
-        ),
-        "unreadable-metadata",
-    ],
-)
+@pytest.mark.parametrize("kind", ["above-clearance", "outside-corpora", "unreadable-metadata"])
 def test_what_i_cannot_read_does_not_pick_my_vector_path(
     pg_cluster: Any, tmp_path: Path, kind: str
 ) -> None:
     """PostgreSQL chooses between the exact vector path and the HNSW walk with
-    ``_may_be_few``, whose bounds count what P cannot read: ``doc_acl`` rows naming P's
+    ``_may_be_few``, whose bound counted what P cannot read: ``doc_acl`` rows naming P's
     principals whatever the document's classification or corpus (a restricted ``"*"``
-    document counts), and caller-filter matches whatever their ACL (``filtered_doc_ids`` is
-    not access-restricted). P's readable set is the same in both worlds; world B adds
-    documents above its clearance, or gives unreadable documents the filtered metadata value:
-    P's search moves to the walk and says ``truncated: true``. (README: the walk is taken
+    document counted; migration 13 gave ACL rows their document's classification and
+    corpus), and caller-filter matches whatever their ACL. P's readable set is the same in
+    both worlds; world B adds documents above its clearance or outside the corpora it asks
+    for, or gives unreadable documents the filtered metadata value: P's search moved to the
+    walk and said ``truncated: true``. (README: the walk is taken
     "above exact_vector_threshold *readable* vectors".) ``exact_vector_threshold = 0`` stands
     in for a tenant with more than 20,000 such rows."""
     filtered = kind == "unreadable-metadata"
     filters = (MetadataFilter(key="k", value=1),) if filtered else ()
+    corpora = ("c1",) if kind == "outside-corpora" else None
     request = SearchRequest(query="alpha beta", strategy=Strategy.SEMANTIC, top_k=10,
-                            filters=filters)  # fmt: skip
+                            filters=filters, corpora=corpora)  # fmt: skip
     prober = with_claims(PROBER, doc_entitlements=())
     seen = []
     for world in ("a", "b"):
@@ -322,9 +311,17 @@ def test_what_i_cannot_read_does_not_pick_my_vector_path(
             value = 1 if world == "b" else 2
             mine += [doc(f"x{i}", f"alpha beta {i}", ["O"], metadata={"k": value})
                      for i in range(20)]  # fmt: skip
-        elif world == "b":
+        elif world == "b" and kind == "above-clearance":
             mine += [doc(f"x{i}", f"alpha beta {i}", ["*"], classification="restricted")
                      for i in range(20)]  # fmt: skip
+        elif world == "b":  # in a corpus P does not ask for
+            mine += [doc(f"x{i}", f"alpha beta {i}", ["*"], corpus="other")
+                     for i in range(20)]  # fmt: skip
+        if kind == "outside-corpora":  # in both worlds: the other corpus, and more of
+            # P's corpus than the bound (documents P cannot read), so only the ACL rows'
+            # bound can pick the exact path
+            mine += [doc("o", "unrelated", ["*"], corpus="other")]
+            mine += [doc(f"y{i}", f"alpha beta {i}", ["O"]) for i in range(20)]
         dsn = new_pg_database(pg_cluster)
         store = make_pg_store(pg_cluster, dsn, tmp_path / world, exact_vector_threshold=0)
         try:

@@ -139,6 +139,19 @@ def test_vector_access_columns_equal_the_records_after_every_write(
         ingestor.flush()
         assert ingestor.report.errors == 0, ingestor.report.messages
         assert vector_rows(pg_db, tenant) == {k: {v} for k, v in model.items()}
+        assert acl_copies_drifted(pg_db) == 0
+
+
+def acl_copies_drifted(dsn: str) -> int:
+    """ACL rows whose copies of their document's classification and corpus (migration 13)
+    are not the document's (read as a superuser)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        (n,) = conn.execute(
+            "SELECT COUNT(*) FROM doc_acl a JOIN documents d ON d.tenant_id = a.tenant_id "
+            "AND d.doc_id = a.doc_id WHERE (a.classification, a.corpus_id) "
+            "IS DISTINCT FROM (d.classification, d.corpus_id)"
+        ).fetchone()
+    return int(n)
 
 
 def test_an_acl_only_change_moves_access_on_the_vector_leg(
@@ -379,3 +392,19 @@ def test_a_dropped_tenant_graph_comes_back_on_open(pg_cluster: PgServer, tmp_pat
             assert conn.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", (name,)).fetchone()
     finally:
         drop_pg_database(pg_cluster, dsn)
+
+
+def test_index_verify_finds_and_rebuild_repairs_drifted_acl_copies(
+    pg_store: PostgresStore, pg_db: str
+) -> None:
+    """An ACL row's copy of its document's classification (migration 13) changed behind the
+    triggers' back is a difference for ``index verify``, and ``index rebuild`` restores it."""
+    tenant = f"h{next(_tenants)}"
+    load(pg_store, [ident("ana@x.example", "A"), doc("d", TEXTS[0], ["A", "*"])], tenant)
+    assert pg_store.verify_index(tenant).differences == 0
+    with psycopg.connect(pg_db, autocommit=True) as conn:  # superuser: no policy, no trigger
+        conn.execute("UPDATE doc_acl SET classification = 0 WHERE tenant_id = %s", (tenant,))
+    assert pg_store.verify_index(tenant).vector_access_drift == 2  # both ACL rows
+    pg_store.rebuild_index(tenant)
+    assert pg_store.verify_index(tenant).differences == 0
+    assert acl_copies_drifted(pg_db) == 0

@@ -8,9 +8,10 @@ kept by triggers), so the access predicate is evaluated on the vector row itself
   the same predicate), it scores them all: exact, and cheaper than walking a graph. The
   readable vectors come from one GIN bitmap scan of the ACL tokens, read in physical order,
   and are counted and scored in one pass. Counting a broad caller's readable vectors would
-  itself be costly, so a cheap bound decides first: index-only counts of the caller's ACL
-  rows and of the requested corpora's documents, each stopped at the threshold. Only when
-  one of them is within it can the readable set be small, and only then is it counted.
+  itself be costly, so a cheap bound decides first: an index-only count of the caller's ACL
+  rows of documents it may read (in its corpora, at or below its ceiling), stopped past the
+  threshold. Only when it is within it can the readable set be small, and only then is it
+  counted; documents the caller cannot read play no part in the choice.
 - Otherwise an HNSW index scan with ``hnsw.iterative_scan = strict_order`` of the tenant's
   own graph (one partial index per tenant, migration 12), the access predicate applied to
   every candidate inside the scan; ``hnsw.max_scan_tuples`` bounds the walk, and a walk
@@ -54,6 +55,17 @@ _REPAIR_ACCESS = (
     "classification = d.classification, acl = govrag_acl_tokens(c.tenant_id, c.doc_id) "
     f"FROM chunks c {_DOCUMENT} WHERE {_DRIFT}"
 )
+#: ACL rows of a tenant whose copies of their document's classification and corpus
+#: (migration 13, read by the path bound) are not the document's.
+_ACL_DRIFT = (
+    "d.tenant_id = a.tenant_id AND d.doc_id = a.doc_id AND a.tenant_id = ? "
+    "AND (a.classification, a.corpus_id) IS DISTINCT FROM (d.classification, d.corpus_id)"
+)
+_COUNT_ACL_DRIFT = f"SELECT COUNT(*) FROM doc_acl a, documents d WHERE {_ACL_DRIFT}"
+_REPAIR_ACL = (
+    "UPDATE doc_acl a SET classification = d.classification, corpus_id = d.corpus_id "
+    f"FROM documents d WHERE {_ACL_DRIFT}"
+)
 
 
 class PgVectors:
@@ -77,41 +89,43 @@ class PgVectors:
         doc_ids: Sequence[int] | None,
         cap: int,
     ) -> bool:
-        """Whether the readable documents can number ``cap`` or fewer, from bounds that cost
-        an index-only scan of at most ``cap + 1`` entries each. Documents, not vectors: a
+        """Whether the readable documents can number ``cap`` or fewer, from a bound that
+        costs an index-only scan of at most ``cap + 1`` entries. Documents, not vectors: a
         document has one vector or more, so a large bound means many vectors; a small one
-        is confirmed by the exact count."""
+        is confirmed by the exact count.
+
+        With ``acl`` the bound is the caller's ACL rows of documents in its corpora at or
+        below its ceiling (migration 13: each ACL row carries its document's classification
+        and corpus): it counts only what the caller may read, so documents it cannot read
+        never pick its path. Without, the requested corpora's documents."""
         if doc_ids is not None and len(doc_ids) <= cap:
             return True
-        counts = []
+        corpora = ", ".join("?" for _ in scope.corpora)
         if acl:
             principals, pairs = _principal_values(scope)
             if not pairs:
                 return True  # reads nothing: the exact statement returns at once
-            counts.append(
-                (
-                    "SELECT 1 FROM doc_acl WHERE tenant_id = ? AND (source_system, "
-                    f"principal_id) IN {principals}",
-                    [scope.tenant, *pairs],
-                )
+            sql = (
+                "SELECT 1 FROM doc_acl WHERE tenant_id = ? "
+                f"AND (source_system, principal_id) IN {principals}"
             )
-        if scope.filter_corpora:
-            counts.append(
-                (
-                    "SELECT 1 FROM documents WHERE tenant_id = ? AND corpus_id IN ("
-                    + ", ".join("?" for _ in scope.corpora)
-                    + ")",
-                    [scope.tenant, *scope.corpora],
-                )
-            )
-        for sql, params in counts:
-            (n,) = conn.execute(
-                self._db.dialect.sql(f"SELECT COUNT(*) FROM ({sql} LIMIT ?) AS bound"),
-                (*params, cap + 1),
-            ).fetchone()
-            if int(n) <= cap:
-                return True
-        return not counts
+            params: list[Any] = [scope.tenant, *pairs]
+            if scope.filter_ceiling:
+                sql += " AND classification <= ?"
+                params.append(scope.ceiling)
+            if scope.filter_corpora:
+                sql += f" AND corpus_id IN ({corpora})"
+                params += scope.corpora
+        elif scope.filter_corpora:
+            sql = f"SELECT 1 FROM documents WHERE tenant_id = ? AND corpus_id IN ({corpora})"
+            params = [scope.tenant, *scope.corpora]
+        else:
+            return True  # no bound: the exact statement counts (and stops past cap)
+        (n,) = conn.execute(
+            self._db.dialect.sql(f"SELECT COUNT(*) FROM ({sql} LIMIT ?) AS bound"),
+            (*params, cap + 1),
+        ).fetchone()
+        return int(n) <= cap
 
     @contextmanager
     def _as_reader(self, conn: Any, tokens: frozenset[str] | None) -> Iterator[None]:
@@ -129,15 +143,20 @@ class PgVectors:
         conn.execute(setter, (READER_SETTING, ""))
 
     def access_drift(self, tenant: str, *, repair: bool) -> int:
-        """Vector rows whose access columns differ from their document's (the triggers keep
-        them equal unless disabled; see docs/scaling.md); with ``repair``, set them right."""
+        """Vector rows whose access columns, and ACL rows whose copies, differ from their
+        document's (the triggers keep them equal unless disabled; see docs/scaling.md); with
+        ``repair``, set them right."""
         sql = self._db.dialect.sql
         with self._db.tx(tenant, read=not repair) as conn:
             if repair:
-                cur = conn.execute(sql(_REPAIR_ACCESS), (tenant,))
-                return int(cur.rowcount)
-            (n,) = conn.execute(sql(_COUNT_DRIFT), (tenant,)).fetchone()
-            return int(n)
+                return sum(
+                    int(conn.execute(sql(statement), (tenant,)).rowcount)
+                    for statement in (_REPAIR_ACCESS, _REPAIR_ACL)
+                )
+            return sum(
+                int(conn.execute(sql(statement), (tenant,)).fetchone()[0])
+                for statement in (_COUNT_DRIFT, _COUNT_ACL_DRIFT)
+            )
 
     def leg(
         self,
