@@ -113,48 +113,67 @@ def run(n_docs: int, n_queries: int, seed: int, prefilter_rows: int) -> dict[str
     return {"n_docs": n_docs, "n_queries": n_queries, "seed": seed,
             "prefilter_rows": prefilter_rows, "store": str(root), "cached": cached,
             "build": build, "open_s": round(exact_open_s, 1), "probes": probes,
-            "footprint": footprint(n_docs, n_queries, seed, prefilter_rows)}  # fmt: skip
+            "footprint": footprint(root, queries, [p.principal() for p in corpus.probes],
+                                   prefilter_rows)}  # fmt: skip
 
 
-def footprint(n_docs: int, n_queries: int, seed: int, prefilter_rows: int) -> dict[str, Any]:
-    """Peak memory of a process that opens one store and searches (a child of this one)."""
+def footprint(
+    root: Path, queries: list[str], principals: list[Principal], prefilter_rows: int
+) -> dict[str, Any]:
+    """Peak memory of a process that opens one store and searches: a child of this one,
+    given the store, the queries and the probes' principals (it builds no corpus, so what
+    it holds is the store's)."""
     say("million: measuring one store's memory in a child process")
+    job = {"root": str(root), "queries": queries, "prefilter_rows": prefilter_rows,
+           "principals": [p.model_dump(mode="json") for p in principals]}  # fmt: skip
     out = subprocess.run(
-        [sys.executable, "-m", "bench.million", "--child", "--chunks", str(n_docs),
-         "--queries", str(n_queries), "--seed", str(seed), "--prefilter-rows",
-         str(prefilter_rows)],
+        [sys.executable, "-m", "bench.million", "--child"], input=json.dumps(job),
         check=True, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent,
     )  # fmt: skip
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    info = json.loads((root / "build.json").read_text())
+    vectors = int(info["n_docs"]) * synthetic.EMBED_DIM * 4
+    result |= {"vectors_mb": vectors // 2**20,
+               "peak_vs_vectors": ratio(result["peak_mb"] * 2**20, vectors),
+               "db_mb": int(info["db_bytes"]) // 2**20,
+               "index_mb": int(info["index_bytes"]) // 2**20}  # fmt: skip
     return result
 
 
-def _child(n_docs: int, n_queries: int, seed: int, prefilter_rows: int) -> dict[str, Any]:
-    corpus = synthetic.generate(n_docs, seed)
-    root, info, _ = synthetic.cached_store(corpus, OUT_DIR, say)
-    queries = synthetic.make_queries(corpus.vocab, n_queries, seed)
-    before = _peak_bytes()
-    store, open_s = _opened(root, prefilter_rows)
+def _child(job: dict[str, Any]) -> dict[str, Any]:
+    before = _resident_bytes()
+    store, open_s = _opened(Path(job["root"]), int(job["prefilter_rows"]))
     after_open = _peak_bytes()
+    resident_open = _resident_bytes()
     try:
-        for probe in corpus.probes:
+        for data in job["principals"]:
+            principal = Principal.model_validate(data)
             for strategy in STRATEGIES:
-                search = _system(store, probe.principal(), strategy)
-                for q in queries:
+                search = _system(store, principal, strategy)
+                for q in job["queries"]:
                     search(q)
+        resident_searched = _resident_bytes()
     finally:
         store.close()
-    vectors = n_docs * synthetic.EMBED_DIM * 4
-    peak = _peak_bytes()
-    return {"open_s": round(open_s, 1), "peak_before_open_mb": before // 2**20,
-            "peak_after_open_mb": after_open // 2**20, "peak_mb": peak // 2**20,
-            "vectors_mb": vectors // 2**20, "peak_vs_vectors": ratio(peak, vectors),
-            "db_mb": int(str(info["db_bytes"])) // 2**20,
-            "index_mb": int(str(info["index_bytes"])) // 2**20}  # fmt: skip
+    return {"open_s": round(open_s, 1), "resident_before_open_mb": before // 2**20,
+            "peak_after_open_mb": after_open // 2**20, "peak_mb": _peak_bytes() // 2**20,
+            "resident_after_open_mb": resident_open // 2**20,
+            "resident_after_searches_mb": resident_searched // 2**20}  # fmt: skip
 
 
 def _peak_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
+def _resident_bytes() -> int:
+    """Resident now (Linux), after a collection."""
+    import gc
+
+    gc.collect()
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
 
 
 def table(result: dict[str, Any]) -> str:
@@ -184,8 +203,9 @@ def table(result: dict[str, Any]) -> str:
         f"build {b['build_s']}s (ingest {b['ingest_s']}s, indexes {b['index_s']}s); database "
         f"{f['db_mb']:,} MB, lexical index {f['index_mb']:,} MB",
         f"one store: opened and loaded in {f['open_s']}s; peak resident {f['peak_mb']:,} MB "
-        f"(after opening {f['peak_after_open_mb']:,} MB) = {f['peak_vs_vectors']}x its float32 "
-        f"vectors ({f['vectors_mb']:,} MB)",
+        f"= {f['peak_vs_vectors']}x its float32 vectors ({f['vectors_mb']:,} MB); resident "
+        f"{f['resident_before_open_mb']:,} MB before opening, {f['resident_after_open_mb']:,} "
+        f"MB after, {f['resident_after_searches_mb']:,} MB after the searches",
     ]
     return "\n".join(lines)
 
@@ -203,8 +223,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.chunks < 1000 or args.queries < 1 or args.prefilter_rows < 1:
         parser.error("--chunks must be >= 1000, --queries and --prefilter-rows >= 1")
-    if args.child:
-        print(json.dumps(_child(args.chunks, args.queries, args.seed, args.prefilter_rows)))
+    if args.child:  # the job on stdin (see footprint)
+        print(json.dumps(_child(json.loads(sys.stdin.read()))))
         return 0
     result = run(args.chunks, args.queries, args.seed, args.prefilter_rows)
     say(table(result))

@@ -237,6 +237,11 @@ class Principal(Frozen):
     def _parse_clearance(cls, value: object) -> Classification:
         return Classification.parse(value)
 
+    @field_serializer("clearance", when_used="json")
+    def _clearance_label(self, value: Classification) -> str:
+        # As written and parsed: a JSON dump of a principal reads back as the same one.
+        return value.label
+
     @field_validator("sub", "email", "tenant", "roles", "doc_entitlements")
     @classmethod
     def _text_only(cls, value: str | tuple[str, ...]) -> str | tuple[str, ...]:

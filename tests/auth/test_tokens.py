@@ -433,3 +433,14 @@ def test_the_error_never_echoes_the_token(verifier: TokenVerifier, rsa_key: Any)
     with pytest.raises(AuthError) as info:
         verifier.verify(token)
     assert token not in str(info.value) and token not in info.value.detail
+
+
+def test_a_principal_written_as_json_reads_back_as_itself() -> None:
+    """A typed record crosses boundaries as JSON: the clearance is written as the level's
+    name (as claims and principals.json give it), not as a number nothing parses."""
+    for level in Classification:
+        who = Principal(sub="ana", email="ana@bank.example", tenant="bank", clearance=level,
+                        expires_at=datetime(2027, 1, 1, tzinfo=UTC))  # fmt: skip
+        dumped = who.model_dump(mode="json")
+        assert dumped["clearance"] == level.label
+        assert Principal.model_validate(dumped) == who

@@ -232,3 +232,26 @@ def test_an_index_collected_without_release_is_forgotten() -> None:
     KEPT.nbytes()  # any call forgets what was collected
     assert owner not in KEPT._held
     assert not [k for k in KEPT._entries if k[0] == owner]
+
+
+def test_rows_added_in_batches_are_the_rows_added_one_by_one() -> None:
+    """A streamed load (more rows than one batch, from a generator) holds each row as adding
+    it alone would: vector, code, chunk, document, corpus and classification, in order."""
+    rng = np.random.default_rng(5)
+    vectors = rng.standard_normal((5000, 16)).astype(np.float32)
+    rows = [IndexedChunk(i + 1, i // 3, "", (f"g{i % 7}",), f"c{i % 2}", i % 4, vector=v)
+            for i, v in enumerate(vectors)]  # fmt: skip
+    streamed, alone = VectorIndex(16), VectorIndex(16)
+    streamed.replace([], (r for r in rows))
+    for r in rows:
+        alone.replace([], [r])
+    for name in ("_vecs", "_codes", "_cid", "_didx", "_corpus", "_cls", "_alive"):
+        a, b = getattr(streamed, name), getattr(alone, name)  # white-box: the stored rows
+        assert np.array_equal(a[..., : streamed._n], b[..., : alone._n]), name
+    assert streamed._doc_rows == alone._doc_rows
+    q = vectors[42]
+    args: dict[str, object] = {"corpora": None, "acl_tokens": ["g0", "g3"],
+                               "max_classification": 2, "doc_ids": None, "limit": 10}  # fmt: skip
+    assert streamed.search(q, **args) == alone.search(q, **args)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="vector of chunk 9 has shape"):
+        streamed.replace([], [IndexedChunk(9, 9, "", (), "c", 0, vector=np.zeros(3, np.float32))])

@@ -20,7 +20,7 @@ from typing import Protocol
 from govrag.store.database import Database
 from govrag.store.lexical import LexicalIndex
 from govrag.store.lexical_format import access_digest
-from govrag.store.outbox import indexed_chunks, outbox_head, pending, snapshot
+from govrag.store.outbox import outbox_head, pending, snapshot, tenant_chunks
 from govrag.store.records import IndexReport
 from govrag.store.search import VectorLegFn
 
@@ -131,9 +131,7 @@ class DerivedIndexes:
         with self._db.tx(tenant, read=True) as conn:
             truth = {
                 c.chunk_id: access_digest(c.doc_id, c.corpus, c.classification, c.acl_tokens)
-                for c in indexed_chunks(
-                    conn, self._db.dialect, tenant, None, vectors=False, terms=False
-                )
+                for c in tenant_chunks(conn, self._db.dialect, tenant, vectors=False, terms=False)
             }
         have = lexical.all_chunks()
         return IndexReport(

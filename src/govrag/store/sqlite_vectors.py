@@ -14,7 +14,7 @@ from govrag.embed.base import FloatArray
 from govrag.store.acl import leg_args
 from govrag.store.binary_codes import BinaryPrefilter
 from govrag.store.database import Database
-from govrag.store.outbox import pending, snapshot, vector_space
+from govrag.store.outbox import pending, stream_snapshot, vector_space
 from govrag.store.records import AccessScope
 from govrag.store.search import SearchConfig
 from govrag.store.vectors import VectorIndex
@@ -36,10 +36,12 @@ class SQLiteVectors:
             space = vector_space(self._db, tenant)
             if space is None:
                 return
-            chunks, applied = snapshot(self._db, tenant, vectors=True)
             index = VectorIndex(space[1])
-            index.replace((), chunks)
-            index.applied_seq = applied
+            # Streamed: each row's vector is copied into the matrix and dropped, so loading
+            # a million vectors holds them once, not three times.
+            index.applied_seq = stream_snapshot(
+                self._db, tenant, lambda chunks: index.replace((), chunks), vectors=True
+            )
             self._matrices[tenant] = index
         elif index.applied_seq < head:
             doc_ids, chunks, applied = pending(self._db, tenant, index.applied_seq, vectors=True)

@@ -26,6 +26,8 @@ from govrag.store.kept_filters import KEPT, new_owner
 from govrag.store.records import IndexedChunk
 
 _F32 = npt.NDArray[np.float32]
+#: Rows appended at a time (their vectors and codes in one numpy step).
+_ADD_BATCH = 4096
 
 
 class VectorIndex:
@@ -73,8 +75,14 @@ class VectorIndex:
         KEPT.drop(self._owner)
         for doc_id in doc_ids:
             self._drop_doc(doc_id)
+        batch: list[IndexedChunk] = []
         for chunk in chunks:
-            self._add(chunk)
+            if chunk.vector is not None:
+                batch.append(chunk)
+            if len(batch) == _ADD_BATCH:
+                self._add(batch)
+                batch = []
+        self._add(batch)
         if self._dead > 1024 and self._dead * 4 > self._n:
             self._compact()
         KEPT.hold(self._owner, self._n * self.dim * 4)
@@ -93,29 +101,39 @@ class VectorIndex:
                 docs.discard(d)
                 self._token_arrays.pop(token, None)
 
-    def _add(self, chunk: IndexedChunk) -> None:
-        if chunk.vector is None:
+    def _add(self, chunks: Sequence[IndexedChunk]) -> None:
+        """Append ``chunks`` (each with a vector) as rows: their vectors and codes in one
+        step, their documents' bookkeeping one by one."""
+        if not chunks:
             return
-        if chunk.vector.shape != (self.dim,):
-            raise ValueError(f"vector of chunk {chunk.chunk_id} has shape {chunk.vector.shape}")
-        d = self._doc_index.setdefault(chunk.doc_id, len(self._doc_index))
-        if d not in self._doc_tokens:
-            self._doc_tokens[d] = chunk.acl_tokens
-            for token in chunk.acl_tokens:
-                self._token_docs.setdefault(token, set()).add(d)
-                self._token_arrays.pop(token, None)
-        if self._n == len(self._cid):
-            self._grow(max(1024, 2 * self._n))
-        row = self._n
-        self._vecs[row] = chunk.vector
-        self._codes[:, row] = binary_code(chunk.vector[None, :], self._words)[0]
-        self._cid[row] = chunk.chunk_id
-        self._didx[row] = d
-        self._alive[row] = True
-        self._corpus[row] = self._corpus_codes.setdefault(chunk.corpus, len(self._corpus_codes))
-        self._cls[row] = chunk.classification
-        self._doc_rows.setdefault(d, []).append(row)
-        self._n += 1
+        vectors: list[_F32] = []
+        for c in chunks:
+            if c.vector is None or c.vector.shape != (self.dim,):
+                shape = None if c.vector is None else c.vector.shape
+                raise ValueError(f"vector of chunk {c.chunk_id} has shape {shape}")
+            vectors.append(c.vector)
+        vecs = np.stack(vectors)
+        need = self._n + len(chunks)
+        if need > len(self._cid):
+            self._grow(max(1024, 2 * self._n, need))
+        first = self._n
+        rows = slice(first, need)
+        self._vecs[rows] = vecs
+        self._codes[:, rows] = binary_code(vecs, self._words).T
+        self._alive[rows] = True
+        for row, chunk in enumerate(chunks, start=first):
+            d = self._doc_index.setdefault(chunk.doc_id, len(self._doc_index))
+            if d not in self._doc_tokens:
+                self._doc_tokens[d] = chunk.acl_tokens
+                for token in chunk.acl_tokens:
+                    self._token_docs.setdefault(token, set()).add(d)
+                    self._token_arrays.pop(token, None)
+            self._cid[row] = chunk.chunk_id
+            self._didx[row] = d
+            self._corpus[row] = self._corpus_codes.setdefault(chunk.corpus, len(self._corpus_codes))
+            self._cls[row] = chunk.classification
+            self._doc_rows.setdefault(d, []).append(row)
+        self._n = need
 
     def _grow(self, capacity: int) -> None:
         def grow(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
