@@ -7,7 +7,7 @@ PIP := $(BIN)/pip install -q -c constraints.txt
 BENCH_ONLY := scifact synthetic governed gateway writeback ingest pdp http mcp postgres
 
 .PHONY: compile demo test test-slow test-llm soak lint bench venv clean bench-prefilter \
-	bench-cli bench-governed-100k bench-million $(addprefix bench-,$(BENCH_ONLY))
+	bench-cli bench-governed-100k bench-million bench-pg-tenants $(addprefix bench-,$(BENCH_ONLY))
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -120,6 +120,10 @@ bench-prefilter: $(VENV)/.stamp-dev
 # A million chunks on SQLite: exact beside the 1-bit prefilter, and one store's memory.
 bench-million: $(VENV)/.stamp-dev
 	$(BIN)/python -m bench.million
+
+# PostgreSQL: what one HNSW graph per tenant costs as tenants are added.
+bench-pg-tenants: $(VENV)/.stamp-dev
+	$(BIN)/python -m bench.pg_tenants
 
 bench-cli: $(VENV)/.stamp-dev
 	$(BIN)/python -m bench.cli --repeat 5

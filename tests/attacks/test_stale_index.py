@@ -15,7 +15,7 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
-from govrag.store.outbox import indexed_chunks
+from govrag.store.outbox import tenant_chunks
 from govrag.store.protocol import KnowledgeStore
 from govrag.types import SearchRequest, Strategy
 
@@ -70,7 +70,7 @@ def test_verify_compares_corpus_and_classification_too(open_store: StoreFactory)
     store.sync_indexes("t1")
     index, _ = store._parts.indexes.lexical_index("t1")  # type: ignore[attr-defined]
     with store._db.tx("t1", read=True) as conn:  # type: ignore[attr-defined]
-        (chunk,) = indexed_chunks(conn, store.dialect, "t1", None, vectors=False)  # type: ignore[attr-defined]
+        (chunk,) = tenant_chunks(conn, store.dialect, "t1", vectors=False)  # type: ignore[attr-defined]
     for forged in (replace(chunk, corpus="elsewhere"), replace(chunk, classification=0)):
         index.apply([chunk.doc_id], [forged], index.applied_seq())
         assert store.verify_index("t1").stale_access == 1

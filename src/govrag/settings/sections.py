@@ -108,7 +108,7 @@ class SearchSettings(Section):
     #: SQLite: when the caller may read more than this many vectors, the vector leg first
     #: ranks them by 1-bit codes (Hamming distance) and scores exactly only the
     #: ``binary_rescore`` x depth closest; 0 turns it off (always exact). An approximation:
-    #: recall against exact search in bench/RESULTS.md (r).
+    #: recall against exact search in bench/RESULTS.md (r) and (s).
     binary_prefilter_rows: int = Field(default=0, ge=0, le=1_000_000_000)
     #: SQLite: how many rows per result the 1-bit ranking keeps for exact scoring.
     binary_rescore: int = Field(default=40, ge=1, le=10_000)

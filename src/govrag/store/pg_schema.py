@@ -13,8 +13,8 @@ same truth. Differences that matter for scale-out:
   BYPASSRLS skip it, so the application role must be neither.
 - Vectors use pgvector's ``vector`` type (dimension per tenant, recorded in ``vector_spaces``);
   each tenant has an HNSW index of its own (a partial index created with its vector space by
-  migration 12's trigger, restored on open by ``ensure_vector_indexes``), so a walk meets
-  only that tenant's vectors.
+  migration 12's trigger, hardened by migration 14, restored on open by
+  ``ensure_vector_indexes``), so a walk meets only that tenant's vectors.
 - The index outbox is numbered per tenant from ``tenants.outbox_seq``, incremented under the
   tenant row's lock, so entries become visible in sequence order: a reader that has applied
   up to N never misses an N-1 committed later (which a shared sequence would allow).
@@ -96,9 +96,11 @@ def ensure_pgvector(conn: psycopg.Connection[Any]) -> tuple[int, ...]:
 
 
 def vector_index_name(tenant: str, dim: int) -> str:
-    """The name of ``tenant``'s HNSW index of ``dim``-dimensional vectors (migration 12's
-    ``govrag_vector_index_name``)."""
-    return f"chunk_vectors_hnsw_{int(dim)}_{hashlib.md5(tenant.encode()).hexdigest()[:16]}"
+    """The name of ``tenant``'s HNSW index of ``dim``-dimensional vectors (migration 14's
+    ``govrag_vector_index_name``: 128 bits of sha256, so tenant ids cannot be made to share
+    one)."""
+    digest = hashlib.sha256(tenant.encode()).hexdigest()[:32]
+    return f"chunk_vectors_hnsw_{int(dim)}_{digest}"
 
 
 def ensure_vector_indexes(conn: psycopg.Connection[Any]) -> list[str]:
