@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import statistics
 import subprocess
 import sys
@@ -162,7 +161,9 @@ def _child(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def _peak_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    """This process's peak resident set (Linux's VmHWM: since its last exec, unlike
+    ``ru_maxrss``, which a child started by a large parent inherits)."""
+    return _status("VmHWM")
 
 
 def _resident_bytes() -> int:
@@ -170,10 +171,14 @@ def _resident_bytes() -> int:
     import gc
 
     gc.collect()
+    return _status("VmRSS")
+
+
+def _status(field: str) -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) * 1024  # kB
+    raise RuntimeError(f"no {field} in /proc/self/status: memory figures need Linux")
 
 
 def table(result: dict[str, Any]) -> str:
