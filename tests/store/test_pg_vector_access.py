@@ -303,6 +303,33 @@ def test_the_reader_policy_shows_only_the_named_readers_rows(
         assert visible("") == 2
 
 
+def app_plan(pg_store: PostgresStore, pg_db: str, tenant: str, *, walk: bool) -> str:
+    """The plan, as the application role, of ana's semantic search in ``tenant``: the exact
+    path's statement, or the walk's with the settings the walk sets (pg_vectors.py)."""
+    scope = pg_store._search_backend().resolve_access(
+        principal("ana@x.example", tenant), (), every_corpus=True
+    )
+    conds, params = scope_sql(scope, True, None)
+    query = pg_store.embedder.embed_query(TEXTS[0])
+    dim = pg_store.embedder.dim
+    if walk:
+        statement, args = walk_statement(dim, conds), (query, tenant, *params, query, 10)
+    else:
+        statement, args = exact_statement(conds), (query, tenant, *params, 20001, 20000, 10)
+    app = psycopg.conninfo.make_conninfo(pg_db, user=PG_APP_ROLE)
+    with psycopg.connect(app) as conn:
+        register_vector(conn)
+        conn.execute("SELECT set_config(%s, %s, true)", (TENANT_SETTING, tenant))
+        if walk:
+            conn.execute("SET LOCAL enable_sort = off")
+            conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+        else:
+            readers = ALL_READERS.join(scope.tokens)
+            conn.execute("SELECT set_config(%s, %s, true)", (READER_SETTING, readers))
+        sql = "EXPLAIN " + to_pyformat(pg_store.dialect.sql(statement))
+        return "\n".join(r[0] for r in conn.execute(sql, args))
+
+
 def test_the_exact_path_reads_the_acl_index_as_the_app_role(
     pg_cluster: PgServer, pg_store: PostgresStore, pg_db: str
 ) -> None:
@@ -316,24 +343,7 @@ def test_the_exact_path_reads_the_acl_index_as_the_app_role(
     load(pg_store, records, tenant)
     with psycopg.connect(pg_db, autocommit=True) as conn:
         conn.execute("ANALYZE chunk_vectors")
-    resolve = pg_store._search_backend().resolve_access
-    scope = resolve(principal("ana@x.example", tenant), (), every_corpus=True)
-    conds, params = scope_sql(scope, True, None)
-    query = pg_store.embedder.embed_query(TEXTS[0])
-    app = psycopg.conninfo.make_conninfo(pg_db, user=PG_APP_ROLE)
-    with psycopg.connect(app) as conn:
-        register_vector(conn)
-        conn.execute("SELECT set_config(%s, %s, true)", (TENANT_SETTING, tenant))
-        conn.execute(
-            "SELECT set_config(%s, %s, true)", (READER_SETTING, ALL_READERS.join(scope.tokens))
-        )
-        plan = "\n".join(
-            r[0]
-            for r in conn.execute(
-                "EXPLAIN " + to_pyformat(pg_store.dialect.sql(exact_statement(conds))),
-                (query, tenant, *params, 20001, 20000, 10),
-            )
-        )
+    plan = app_plan(pg_store, pg_db, tenant, walk=False)
     assert "Bitmap Index Scan on chunk_vectors_by_acl" in plan, plan
     assert "Seq Scan on chunk_vectors" not in plan, plan
 
@@ -356,24 +366,7 @@ def test_each_tenant_walks_a_graph_of_its_own(
     assert {vector_index_name(mine, dim), vector_index_name(theirs, dim)} <= set(defs)
     assert f"tenant_id = '{mine}'" in defs[vector_index_name(mine, dim)]
     assert not [n for n in defs if n == f"chunk_vectors_hnsw_{dim}"]  # no shared graph
-    scope = pg_store._search_backend().resolve_access(
-        principal("ana@x.example", mine), (), every_corpus=True
-    )
-    conds, params = scope_sql(scope, True, None)
-    query = pg_store.embedder.embed_query(TEXTS[0])
-    app = psycopg.conninfo.make_conninfo(pg_db, user=PG_APP_ROLE)
-    with psycopg.connect(app) as conn:
-        register_vector(conn)
-        conn.execute("SELECT set_config(%s, %s, true)", (TENANT_SETTING, mine))
-        conn.execute("SET LOCAL enable_sort = off")  # as the walk sets them (pg_vectors.py)
-        conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
-        plan = "\n".join(
-            r[0]
-            for r in conn.execute(
-                "EXPLAIN " + to_pyformat(pg_store.dialect.sql(walk_statement(dim, conds))),
-                (query, mine, *params, query, 10),
-            )
-        )
+    plan = app_plan(pg_store, pg_db, mine, walk=True)
     assert f"Index Scan using {vector_index_name(mine, dim)}" in plan, plan
     assert vector_index_name(theirs, dim) not in plan, plan
 
