@@ -32,12 +32,12 @@ from typing import Any
 import numpy as np
 
 from bench import synthetic
-from bench.common import TOP_K, System, ratio, say, time_interleaved
+from bench.common import TOP_K, ratio, say, time_interleaved
 from govrag.embed.hashing import HashEmbedder
 from govrag.eval.metrics import percentile
 from govrag.settings import SearchSettings
 from govrag.store.sqlite import SQLiteStore
-from govrag.types import Principal, SearchRequest, Strategy
+from govrag.types import Principal, Strategy
 
 OUT_DIR = Path(__file__).resolve().parent / "out"
 STRATEGIES = (Strategy.KEYWORD, Strategy.SEMANTIC, Strategy.HYBRID)
@@ -52,14 +52,6 @@ def open_store(root: Path, prefilter_rows: int) -> SQLiteStore:
         embedder=HashEmbedder(dim=synthetic.EMBED_DIM),
         search=SearchSettings(binary_prefilter_rows=prefilter_rows),
     )
-
-
-def _system(store: SQLiteStore, principal: Principal, strategy: Strategy) -> System:
-    def search(query: str) -> tuple[list[int], bool]:
-        result = store.search(principal, SearchRequest(query=query, strategy=strategy, top_k=TOP_K))
-        return [synthetic.doc_index(h.doc_id) for h in result.results], result.hidden.present
-
-    return search
 
 
 def _recall(found: list[list[int]], exact: list[list[int]]) -> float:
@@ -92,8 +84,8 @@ def run(n_docs: int, n_queries: int, seed: int, prefilter_rows: int) -> dict[str
             rows: dict[str, Any] = {}
             for strategy in STRATEGIES:
                 series = time_interleaved({
-                    "exact": _system(exact, principal, strategy),
-                    "prefilter": _system(fast, principal, strategy),
+                    "exact": synthetic.search_system(exact, principal, strategy),
+                    "prefilter": synthetic.search_system(fast, principal, strategy),
                 }, queries)  # fmt: skip
                 a, b = series["exact"], series["prefilter"]
                 rows[str(strategy)] = {
@@ -148,7 +140,7 @@ def _child(job: dict[str, Any]) -> dict[str, Any]:
         for data in job["principals"]:
             principal = Principal.model_validate(data)
             for strategy in STRATEGIES:
-                search = _system(store, principal, strategy)
+                search = synthetic.search_system(store, principal, strategy)
                 for q in job["queries"]:
                     search(q)
         resident_searched = _resident_bytes()

@@ -88,19 +88,6 @@ class NoAcl:
             return run_search(backend, principal, request)
 
 
-def search_system(
-    store: Any, principal: Principal, strategy: Strategy, truncated: list[bool]
-) -> System:
-    """A timed system over ``store.search``; appends each result's ``truncated`` flag."""
-
-    def search(query: str) -> tuple[list[int], bool]:
-        result = store.search(principal, SearchRequest(query=query, strategy=strategy, top_k=TOP_K))
-        truncated.append(result.truncated)
-        return [synthetic.doc_index(h.doc_id) for h in result.results], result.hidden.present
-
-    return search
-
-
 def leg_system(
     store: PostgresStore,
     scope: AccessScope,

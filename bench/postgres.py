@@ -43,7 +43,6 @@ from bench.pg_systems import (
     chunk_doc_map,
     explain_vector_leg,
     leg_system,
-    search_system,
 )
 from govrag.embed.hashing import HashEmbedder
 from govrag.eval.metrics import percentile
@@ -186,18 +185,20 @@ def run(
             for strategy in STRATEGIES:
                 flags: dict[str, list[bool]] = {"pg": [], "pg_no_marker": [], "pg_no_acl": []}
                 systems: dict[str, System] = {
-                    "pg": search_system(stores["pg"], principal, strategy, flags["pg"]),
-                    "pg_no_marker": search_system(
+                    "pg": synthetic.search_system(stores["pg"], principal, strategy, flags["pg"]),
+                    "pg_no_marker": synthetic.search_system(
                         stores["pg_no_marker"], principal, strategy, flags["pg_no_marker"]
                     ),
-                    "pg_no_acl": search_system(no_acl, principal, strategy, flags["pg_no_acl"]),
+                    "pg_no_acl": synthetic.search_system(
+                        no_acl, principal, strategy, flags["pg_no_acl"]
+                    ),
                 }
                 series = time_interleaved(systems, queries)
                 if sqlite_store is not None:
                     # Timed on its own: interleaved, OpenBLAS's worker threads (which spin for
                     # a while after each product) took a core from the PostgreSQL server and
                     # raised the next pg search's time (hybrid p50 at 1 %: 36 -> 47 ms).
-                    sqlite = search_system(sqlite_store, principal, strategy, [])
+                    sqlite = synthetic.search_system(sqlite_store, principal, strategy, [])
                     series |= time_interleaved({"sqlite": sqlite}, queries)
                 pg, plain, base = series["pg"], series["pg_no_marker"], series["pg_no_acl"]
                 # Warm-up calls appended flags too: keep those of the timed queries.

@@ -35,8 +35,7 @@ from bench import scifact, synthetic
 from bench.baseline import Access, Baseline
 from bench.common import TOP_K, WARMUP, System, ratio, say, time_interleaved
 from govrag.eval.metrics import percentile
-from govrag.store.sqlite import SQLiteStore
-from govrag.types import Principal, SearchRequest, Strategy
+from govrag.types import Strategy
 
 OUT_DIR = Path(__file__).resolve().parent / "out"
 #: Latency targets printed beside govrag's figures.
@@ -48,14 +47,6 @@ MARKER_COST = 1.2
 STRATEGIES = (Strategy.KEYWORD, Strategy.SEMANTIC, Strategy.HYBRID)
 #: The benchmarks whose ``--only`` run writes its figures to a file of its own.
 OWN_FILE = ("postgres", "pdp", "governed", "gateway", "writeback", "ingest", "http", "mcp")
-
-
-def govrag_system(store: SQLiteStore, principal: Principal, strategy: Strategy) -> System:
-    def search(query: str) -> tuple[list[int], bool]:
-        result = store.search(principal, SearchRequest(query=query, strategy=strategy, top_k=TOP_K))
-        return [synthetic.doc_index(h.doc_id) for h in result.results], result.hidden.present
-
-    return search
 
 
 def baseline_system(
@@ -116,8 +107,10 @@ def run_synthetic(n_docs: int, n_queries: int, seed: int) -> dict[str, Any]:
             for strategy in STRATEGIES:
                 series = time_interleaved(
                     {
-                        "govrag": govrag_system(stores["marker"], principal, strategy),
-                        "no_marker": govrag_system(stores["no_marker"], principal, strategy),
+                        "govrag": synthetic.search_system(stores["marker"], principal, strategy),
+                        "no_marker": synthetic.search_system(
+                            stores["no_marker"], principal, strategy
+                        ),
                         "masked": baseline_system(baseline, strategy, access),
                         "masked_topk": baseline_system(baseline, strategy, access, topk=True),
                         "unfiltered": baseline_system(baseline, strategy, None),

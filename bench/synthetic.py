@@ -27,17 +27,19 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from bench.common import TOP_K, System
 from govrag.embed.hashing import HashEmbedder
 from govrag.harvest.ingest import Ingestor
 from govrag.harvest.records import DocumentRecord, GroupRecord, IdentityRecord, Record
 from govrag.settings import SearchSettings
 from govrag.store.analyzer import default_analyzer
 from govrag.store.sqlite import SQLiteStore
-from govrag.types import Classification, Principal
+from govrag.types import Classification, Principal, SearchRequest, Strategy
 
 #: Bump whenever the generated data for a given (size, seed) changes: cached stores built by an
 #: older generator are then rebuilt instead of being compared with different baseline data.
@@ -84,6 +86,21 @@ def doc_external_id(index: int) -> str:
 def doc_index(external_id: str) -> int:
     """Inverse of :func:`doc_external_id` (search hits carry the external id)."""
     return int(external_id[1:])
+
+
+def search_system(
+    store: Any, principal: Principal, strategy: Strategy, truncated: list[bool] | None = None
+) -> System:
+    """A timed system over ``store.search`` (either backend) returning document numbers;
+    appends each result's ``truncated`` flag to ``truncated`` when given."""
+
+    def search(query: str) -> tuple[list[int], bool]:
+        result = store.search(principal, SearchRequest(query=query, strategy=strategy, top_k=TOP_K))
+        if truncated is not None:
+            truncated.append(result.truncated)
+        return [doc_index(h.doc_id) for h in result.results], result.hidden.present
+
+    return search
 
 
 def ancestors(group: int) -> list[int]:

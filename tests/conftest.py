@@ -172,6 +172,20 @@ def drop_pg_database(pg: PgServer, dsn: str) -> None:
     _pg_databases[pg.port].drop(dsn.rsplit("/", 1)[1])
 
 
+def acl_copies_drifted(dsn: str) -> int:
+    """ACL rows whose copies of their document's classification and corpus (PostgreSQL
+    migration 13) are not the document's, in the database at ``dsn`` (a superuser's)."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        (n,) = conn.execute(
+            "SELECT COUNT(*) FROM doc_acl a JOIN documents d ON d.tenant_id = a.tenant_id "
+            "AND d.doc_id = a.doc_id WHERE (a.classification, a.corpus_id) "
+            "IS DISTINCT FROM (d.classification, d.corpus_id)"
+        ).fetchone()
+    return int(n)
+
+
 @pytest.fixture(params=BACKENDS)
 def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
     """``open_store(name="main", **search_settings)``: a store of the parametrized backend."""

@@ -196,7 +196,7 @@ def test_the_kept_budget_grows_with_the_vectors_held_and_shrinks_when_they_go(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A quarter of what the indexes hold may be kept (at least the floor): a large index's
-    filters stay kept, and a dropped index stops widening the budget (trimming what is
+    filters stay kept, and an index holding nothing stops widening the budget (trimming what is
     over it)."""
     monkeypatch.setattr("govrag.store.kept_filters.BUDGET_BYTES", 1_000)
     kept = KeptFilters()
@@ -207,7 +207,7 @@ def test_the_kept_budget_grows_with_the_vectors_held_and_shrinks_when_they_go(
     kept.put(7, "a", (rows, None))
     kept.put(7, "b", (rows, None))
     assert kept.nbytes() == 1_600
-    kept.hold(7, 0)  # the index went: back to the floor, the oldest entry out
+    kept.hold(7, 0)  # its vectors shrank to nothing: back to the floor, the oldest entry out
     assert kept.budget() == 1_000 and kept.nbytes() == 800 and kept.get(7, "a") is None
 
 

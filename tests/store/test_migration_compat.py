@@ -25,7 +25,17 @@ from govrag.store.migrations import migrate_sqlite, migrations
 from govrag.store.protocol import KnowledgeStore
 from govrag.types import SearchRequest, Strategy
 
-from conftest import BACKENDS, doc, group, ident, load, make_pg_store, make_store, principal
+from conftest import (
+    BACKENDS,
+    acl_copies_drifted,
+    doc,
+    group,
+    ident,
+    load,
+    make_pg_store,
+    make_store,
+    principal,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 #: The records both fixtures hold (the script that wrote them loaded exactly these).
@@ -178,12 +188,8 @@ def test_an_old_postgres_database_opens_unchanged(pg_cluster: Any, tmp_path: Pat
         hnsw = "SELECT indexname FROM pg_indexes WHERE indexname LIKE 'chunk\\_vectors\\_hnsw%'"
         indexes = [r[0] for r in conn.execute(hnsw)]
         assert indexes and all(len(name.split("_")) == 5 for name in indexes), indexes
-        # Migration 13: every ACL row holds its document's classification and corpus.
-        assert conn.execute(
-            "SELECT COUNT(*) FROM doc_acl a JOIN documents d ON d.tenant_id = a.tenant_id "
-            "AND d.doc_id = a.doc_id WHERE (a.classification, a.corpus_id) "
-            "IS DISTINCT FROM (d.classification, d.corpus_id)"
-        ).fetchone() == (0,)
+    # Migration 13: every ACL row holds its document's classification and corpus.
+    assert acl_copies_drifted(old) == 0
     # The old rows untouched; only the migrations added since 8fd14a5 ran.
     assert rows[: len(recorded)] == recorded
     added = [(m.version, m.name) for m in migrations("postgres")[len(recorded) :]]

@@ -44,6 +44,7 @@ from govrag.types import Classification, SearchRequest, Strategy  # noqa: E402
 
 from conftest import (  # noqa: E402
     PG_APP_ROLE,
+    acl_copies_drifted,
     doc,
     drop_pg_database,
     ident,
@@ -140,18 +141,6 @@ def test_vector_access_columns_equal_the_records_after_every_write(
         assert ingestor.report.errors == 0, ingestor.report.messages
         assert vector_rows(pg_db, tenant) == {k: {v} for k, v in model.items()}
         assert acl_copies_drifted(pg_db) == 0
-
-
-def acl_copies_drifted(dsn: str) -> int:
-    """ACL rows whose copies of their document's classification and corpus (migration 13)
-    are not the document's (read as a superuser)."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        (n,) = conn.execute(
-            "SELECT COUNT(*) FROM doc_acl a JOIN documents d ON d.tenant_id = a.tenant_id "
-            "AND d.doc_id = a.doc_id WHERE (a.classification, a.corpus_id) "
-            "IS DISTINCT FROM (d.classification, d.corpus_id)"
-        ).fetchone()
-    return int(n)
 
 
 def test_an_acl_only_change_moves_access_on_the_vector_leg(

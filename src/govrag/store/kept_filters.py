@@ -68,13 +68,10 @@ class KeptFilters:
         return max(BUDGET_BYTES, int(HELD_SHARE * sum(self._held.values())))
 
     def hold(self, owner: int, nbytes: int) -> None:
-        """Say that ``owner``'s vectors take ``nbytes`` (0 when it is dropped)."""
+        """Say that ``owner``'s vectors take ``nbytes``."""
         with self._lock:
             self._reap()
-            if nbytes:
-                self._held[owner] = nbytes
-            else:
-                self._held.pop(owner, None)
+            self._held[owner] = nbytes
             self._trim()
 
     def get(self, owner: int, key: object) -> Entry | None:
@@ -102,15 +99,22 @@ class KeptFilters:
         with self._lock:
             self._drop_owner(owner)
 
+    def forget(self, owner: int) -> None:
+        """Forget ``owner`` altogether: its entries and what it holds (it is dropped)."""
+        with self._lock:
+            self._forget(owner)
+
     def _drop_owner(self, owner: int) -> None:
         for k in [k for k in self._entries if k[0] == owner]:
             self._drop_entry(k)
 
+    def _forget(self, owner: int) -> None:
+        self._drop_owner(owner)
+        self._held.pop(owner, None)
+
     def _reap(self) -> None:
         while self._gone:
-            owner = self._gone.popleft()
-            self._drop_owner(owner)
-            self._held.pop(owner, None)
+            self._forget(self._gone.popleft())
 
     def _trim(self) -> None:
         """Drop the least recently used entries until within budget (keeping the newest)."""

@@ -79,7 +79,7 @@ def vector_space(db: Database, tenant: str) -> tuple[str, int] | None:
 _BATCH = 4096
 
 
-def _select(dialect: Dialect, *, vectors: bool, text: bool) -> tuple[str, str]:
+def _select(*, vectors: bool, text: bool) -> tuple[str, str]:
     """The chunk columns and joins: the text and title only when terms are analyzed, the
     vector only when asked for."""
     columns = "c.chunk_id, c.doc_id, " + ("c.text, d.title" if text else "NULL, NULL")
@@ -100,7 +100,7 @@ def tenant_chunks(
     acl = _acl_tokens(conn.execute(
         "SELECT doc_id, source_system, principal_id FROM doc_acl WHERE tenant_id = ?", (tenant,)
     ).fetchall())  # fmt: skip
-    columns, joins = _select(dialect, vectors=vectors, text=terms and not vectors)
+    columns, joins = _select(vectors=vectors, text=terms and not vectors)
     cur = conn.execute(
         dialect.sql(
             f"SELECT {columns} FROM chunks c{joins} WHERE c.tenant_id = ? AND c.indexed = {{true}}"
@@ -122,7 +122,7 @@ def indexed_chunks(
 ) -> list[IndexedChunk]:
     """Indexed chunks of the given documents; without ``terms`` (and with ``vectors``)
     their text is not analyzed."""
-    columns, joins = _select(dialect, vectors=vectors, text=terms and not vectors)
+    columns, joins = _select(vectors=vectors, text=terms and not vectors)
     sql = dialect.sql
     # The id list drives (pinned join): probe the given documents by index instead of
     # scanning the tenant, so applying one change costs O(change), not O(tenant).

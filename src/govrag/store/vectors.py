@@ -62,8 +62,7 @@ class VectorIndex:
 
     def release(self) -> None:
         """Give back what this index keeps per filter (it is being dropped)."""
-        KEPT.drop(self._owner)
-        KEPT.hold(self._owner, 0)
+        KEPT.forget(self._owner)
 
     def __len__(self) -> int:
         return int(self._alive[: self._n].sum())
