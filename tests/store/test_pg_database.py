@@ -102,3 +102,38 @@ def test_recovers_after_a_server_restart(server: PgServer, base: PgDatabase) -> 
 )
 def test_describe_server_never_shows_the_password(url: str, expected: str) -> None:
     assert describe_server(url) == expected
+
+
+def _open_at_once(dsn: str, n: int) -> tuple[list[PgDatabase], list[BaseException]]:
+    """``n`` threads opening ``dsn`` at once (each with its own connections)."""
+    import threading
+
+    opened: list[PgDatabase] = []
+    errors: list[BaseException] = []
+
+    def open_one() -> None:
+        try:
+            opened.append(PgDatabase(
+                psycopg.conninfo.make_conninfo(dsn, user="govrag_app"), admin_url=dsn,
+                app_role="govrag_app",
+            ))  # fmt: skip
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return opened, errors
+
+
+def test_processes_opening_a_fresh_database_at_once_all_open(server: PgServer) -> None:
+    """Several processes starting on one new deployment create the extension, migrate and
+    grant one after another (at once they collided: a duplicate key creating the extension,
+    "tuple concurrently updated" granting). Threads stand in for the processes."""
+    for attempt in range(3):
+        opened, errors = _open_at_once(server.create_database(f"fresh_open_{attempt}"), 4)
+        for db in opened:
+            db.close()
+        assert not errors and len(opened) == 4, errors

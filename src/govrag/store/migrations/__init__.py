@@ -177,43 +177,60 @@ def migrate_postgres(
     forced tenant policies always apply to it.
     """
     import psycopg
+
+    known = migrations("postgres") if known is None else known
+    try:
+        # One migrator at a time, from the extension to the grants: processes starting on a
+        # new deployment at once otherwise collide creating the extension or granting on one
+        # object (a duplicate key, "tuple concurrently updated"). Released with the session
+        # if this one dies.
+        conn.execute("SELECT pg_advisory_lock(hashtext('govrag.migrate'))")
+        try:
+            return _migrate_locked(conn, known, app_role)
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(hashtext('govrag.migrate'))")
+    except psycopg.Error as exc:
+        raise StoreError(f"could not migrate the PostgreSQL schema: {str(exc).strip()}") from exc
+
+
+def _migrate_locked(
+    conn: psycopg.Connection[Any],
+    known: tuple[Migration, ...] | list[Migration],
+    app_role: str | None,
+) -> int:
     from psycopg import sql
 
     from govrag.store.pg_schema import ensure_pgvector
 
-    known = migrations("postgres") if known is None else known
-    try:
-        ensure_pgvector(conn)
-        conn.execute(_TABLE)
-        for version, name, ddl in known:
-            with conn.transaction():
-                # Serialise concurrent migrators; re-check under the lock.
-                conn.execute("LOCK TABLE schema_migrations IN EXCLUSIVE MODE")
-                done = conn.execute(
-                    "SELECT 1 FROM schema_migrations WHERE version = %s", (version,)
-                ).fetchone()
-                if done:
-                    continue
-                for statement in postgres_statements(ddl):
-                    conn.execute(statement)
-                conn.execute(
-                    "INSERT INTO schema_migrations(version, name, applied_at) VALUES (%s, %s, %s)",
-                    (version, name, now_iso()),
-                )
-        if app_role:
-            role = sql.Identifier(app_role)
-            conn.execute(sql.SQL("GRANT USAGE ON SCHEMA public TO {}").format(role))
+    ensure_pgvector(conn)
+    conn.execute(_TABLE)
+    for version, name, ddl in known:
+        with conn.transaction():
+            # Serialise concurrent migrators; re-check under the lock.
+            conn.execute("LOCK TABLE schema_migrations IN EXCLUSIVE MODE")
+            done = conn.execute(
+                "SELECT 1 FROM schema_migrations WHERE version = %s", (version,)
+            ).fetchone()
+            if done:
+                continue
+            for statement in postgres_statements(ddl):
+                conn.execute(statement)
             conn.execute(
-                sql.SQL(
-                    "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {}"
-                ).format(role)
+                "INSERT INTO schema_migrations(version, name, applied_at) VALUES (%s, %s, %s)",
+                (version, name, now_iso()),
             )
-            conn.execute(
-                sql.SQL("REVOKE INSERT, UPDATE, DELETE ON schema_migrations FROM {}").format(role)
-            )
-            # Append-only for the application: it may add audit events, never change them.
-            conn.execute(sql.SQL("REVOKE UPDATE, DELETE ON audit_events FROM {}").format(role))
-        row = conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()
-    except psycopg.Error as exc:
-        raise StoreError(f"could not migrate the PostgreSQL schema: {str(exc).strip()}") from exc
+    if app_role:
+        role = sql.Identifier(app_role)
+        conn.execute(sql.SQL("GRANT USAGE ON SCHEMA public TO {}").format(role))
+        conn.execute(
+            sql.SQL(
+                "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {}"
+            ).format(role)
+        )
+        conn.execute(
+            sql.SQL("REVOKE INSERT, UPDATE, DELETE ON schema_migrations FROM {}").format(role)
+        )
+        # Append-only for the application: it may add audit events, never change them.
+        conn.execute(sql.SQL("REVOKE UPDATE, DELETE ON audit_events FROM {}").format(role))
+    row = conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()
     return check_not_newer(int(row[0] or 0) if row else 0, known)
