@@ -49,14 +49,14 @@ def compose(
     *,
     lock: threading.RLock,
     index_dir: Path | None,
-    concurrent_marker: bool,
+    server_vectors: bool,
 ) -> StoreParts:
     """The repositories over ``db``, wired to each other."""
     catalogue = CatalogueRepository(db)
     indexes = DerivedIndexes(db, vectors, lock=lock, index_dir=index_dir)
     audit = AuditRepository(db)
     primitives = SearchPrimitives(
-        db, catalogue, indexes, vectors, config, concurrent_marker=concurrent_marker
+        db, catalogue, indexes, vectors, config, server_vectors=server_vectors
     )
     return StoreParts(
         catalogue=catalogue,

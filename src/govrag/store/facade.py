@@ -45,7 +45,7 @@ class Store:
         *,
         lock: threading.RLock,
         index_dir: Path | None,
-        concurrent_marker: bool,
+        server_vectors: bool,
     ) -> None:
         self._db = db
         self._vectors = vectors
@@ -54,7 +54,7 @@ class Store:
         self.index_dir = index_dir
         self._parts = compose(
             db, vectors, config,
-            lock=lock, index_dir=index_dir, concurrent_marker=concurrent_marker,
+            lock=lock, index_dir=index_dir, server_vectors=server_vectors,
         )  # fmt: skip
 
     @property

@@ -45,7 +45,7 @@ class PostgresStore(Store):
         # in a folder per server and database.
         super().__init__(
             db, PgVectors(db, config), config,
-            lock=threading.RLock(), index_dir=index_root(index_dir, url), concurrent_marker=True,
+            lock=threading.RLock(), index_dir=index_root(index_dir, url), server_vectors=True,
         )  # fmt: skip
 
 

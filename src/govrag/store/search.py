@@ -137,12 +137,15 @@ class SearchBackend:
 
     search_settings: SearchSettings
     embedder: Embedder | None
-    #: Whether the whole hidden-item marker (its index query and its truth-store reads) may
-    #: run on another thread while the caller's ranking runs, each on its own connection.
-    #: PostgreSQL: yes, the caller's vector leg is server time, and tantivy releases the GIL
-    #: while it searches. SQLite: its store serialises reads on one connection, so only the
-    #: marker's index query runs beside the ranking, and the truth store checks it after.
-    concurrent_marker: bool
+    #: Whether the vector leg runs in the database server (PostgreSQL), so the caller's
+    #: thread waits on a socket while it runs. Then the whole hidden-item marker (its index
+    #: query and its truth-store reads, on a connection of its own) and a hybrid search's
+    #: keyword leg run on other threads beside the ranking; tantivy releases the GIL while it
+    #: searches. SQLite serialises reads on one connection and scores vectors in this
+    #: process: only the marker's index query runs beside the ranking (the truth store
+    #: checks it after), and the legs run one after the other (a thread's hand-off costs
+    #: more than a small leg, measured: bench/RESULTS.md (t)).
+    server_vectors: bool
     known_corpora: Callable[[str], list[str]]
     resolve_access: ResolveAccessFn
     vector_space: Callable[[str], tuple[str, int] | None]
@@ -204,13 +207,28 @@ def _rank(
     lexical: list[tuple[int, float]] = []
     vector: list[tuple[int, float]] = []
     truncated = False
-    if strategy in (Strategy.KEYWORD, Strategy.HYBRID):
-        lexical = backend.lexical_leg(scope, terms, acl=acl, doc_ids=doc_ids, limit=depth)
-        lexical.sort(key=lambda pair: (-pair[1], pair[0]))
-    if strategy in (Strategy.SEMANTIC, Strategy.HYBRID) and qvec is not None:
-        vector, truncated = backend.vector_leg(
-            scope, qvec, acl=acl, doc_ids=doc_ids, limit=vector_depth
+    beside: Future[list[tuple[int, float]]] | None = None
+    if strategy is Strategy.HYBRID and qvec is not None and backend.server_vectors:
+        # The keyword leg reads only the in-process index (synced before the search, under
+        # the store's lock), so it runs beside the vector leg, which waits on the server.
+        # Each leg's list depends on its own inputs alone: the order they finish in
+        # changes nothing.
+        beside = _pool("lexical").submit(
+            backend.lexical_leg, scope, terms, acl=acl, doc_ids=doc_ids, limit=depth
         )
+    elif strategy in (Strategy.KEYWORD, Strategy.HYBRID):
+        lexical = backend.lexical_leg(scope, terms, acl=acl, doc_ids=doc_ids, limit=depth)
+    try:
+        if strategy in (Strategy.SEMANTIC, Strategy.HYBRID) and qvec is not None:
+            vector, truncated = backend.vector_leg(
+                scope, qvec, acl=acl, doc_ids=doc_ids, limit=vector_depth
+            )
+    finally:
+        if beside is not None:
+            wait([beside])  # never left reading an index the caller may now close
+    if beside is not None:
+        lexical = beside.result()
+    lexical.sort(key=lambda pair: (-pair[1], pair[0]))
     if strategy is Strategy.KEYWORD:
         return lexical[: request.top_k], False
     if strategy is Strategy.SEMANTIC:
@@ -258,14 +276,12 @@ def run_search(
     if backend.search_settings.hidden_marker and not request.filters:
         judged = terms if request.marker_query is None else default_analyzer().analyze(
             request.marker_query)  # fmt: skip
-        if backend.concurrent_marker:
-            marker = _marker_pool(whole=True).submit(_hidden_marker, backend, scope, judged)
+        if backend.server_vectors:
+            marker = _pool("marker").submit(_hidden_marker, backend, scope, judged)
         else:
             # The candidates are an index query, which needs no truth-store connection: it
             # runs beside the caller's ranking, and the truth store checks them after it.
-            candidates = _marker_pool(whole=False).submit(
-                _marker_candidates, backend, scope, judged
-            )
+            candidates = _pool("candidates").submit(_marker_candidates, backend, scope, judged)
 
     try:
         ranked, truncated = _rank(backend, scope, request, terms, qvec, doc_ids, acl=True)
@@ -316,21 +332,22 @@ MARKER_CANDIDATES = 64
 MARKER_BATCH = 8
 
 
-_pools: dict[tuple[int, bool], ThreadPoolExecutor] = {}
+_pools: dict[tuple[int, str], ThreadPoolExecutor] = {}
 _pools_lock = threading.Lock()
 
 
-def _marker_pool(*, whole: bool) -> ThreadPoolExecutor:
-    """Threads for marker work beside the caller's ranking (one per concurrent search, at
-    most 4): ``whole`` markers (PostgreSQL, which may wait for a pooled connection) and index
-    queries alone (SQLite) on separate pools, so neither queues behind the other. Per process:
-    a forked child does not have its parent's threads, and would wait for them forever."""
-    key = (os.getpid(), whole)
+def _pool(purpose: str) -> ThreadPoolExecutor:
+    """Threads for work beside the caller's ranking (one per concurrent search, at most 4),
+    one pool per ``purpose`` so none queues behind another: ``marker`` (PostgreSQL's whole
+    marker, which may wait for a pooled connection), ``candidates`` (SQLite's marker index
+    query alone) and ``lexical`` (a hybrid search's keyword leg). Per process: a forked child
+    does not have its parent's threads, and would wait for them forever."""
+    key = (os.getpid(), purpose)
     with _pools_lock:
         pool = _pools.get(key)
         if pool is None:
             pool = _pools[key] = ThreadPoolExecutor(
-                max_workers=4, thread_name_prefix="govrag-marker"
+                max_workers=4, thread_name_prefix=f"govrag-{purpose}"
             )
         return pool
 

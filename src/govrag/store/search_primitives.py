@@ -34,7 +34,7 @@ class SearchPrimitives:
         vectors: VectorLeg,
         config: SearchConfig,
         *,
-        concurrent_marker: bool,
+        server_vectors: bool,
     ) -> None:
         self._db = db
         self._catalogue = catalogue
@@ -42,7 +42,7 @@ class SearchPrimitives:
         self._vectors = vectors
         self._config = config
         #: See :class:`~govrag.store.search.SearchBackend` (PostgreSQL: yes, SQLite: no).
-        self._concurrent_marker = concurrent_marker
+        self._server_vectors = server_vectors
 
     def backend(self) -> SearchBackend:
         """These primitives, for :func:`run_search` only (see :class:`SearchBackend`); built
@@ -50,7 +50,7 @@ class SearchPrimitives:
         return SearchBackend(
             search_settings=self._config.settings,
             embedder=self._config.embedder,
-            concurrent_marker=self._concurrent_marker,
+            server_vectors=self._server_vectors,
             known_corpora=self._catalogue.known_corpora,
             resolve_access=self._resolve_access,
             vector_space=self._vector_space,

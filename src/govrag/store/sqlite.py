@@ -36,7 +36,7 @@ class SQLiteStore(Store):
         self.path = db.path
         super().__init__(
             db, SQLiteVectors(db, config), config,
-            lock=db.lock, index_dir=index_dir, concurrent_marker=False,
+            lock=db.lock, index_dir=index_dir, server_vectors=False,
         )  # fmt: skip
         # Repair on open: a crash between an SQL commit and the index write left outbox rows
         # the lexical index has not applied yet.
