@@ -99,9 +99,11 @@ test-llm: $(VENV)/.stamp-dev $(LLM_VENV)/.stamp
 	  tests/live; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
-# The crash test with many more SIGKILL points than `make test` runs.
+# The crash test with many more SIGKILL points than `make test` runs, and the ACL oracle at
+# scale: 20,000 queries by 520 identities per backend, 20 times the stateful machines.
 soak: $(VENV)/.stamp-dev
 	GOVRAG_CRASH_RUNS=300 $(BIN)/python -m pytest -q tests/harvest/test_crash.py
+	GOVRAG_SOAK_QUERIES=20000 GOVRAG_SOAK_RUNS=20 $(BIN)/python -m pytest -q -s tests/reliability
 
 bench: $(VENV)/.stamp-dev
 	$(BIN)/python -m bench.run

@@ -469,6 +469,7 @@ LONGEST_FILES = (
     "tests/attacks/test_hostile_config.py",
     "tests/store/test_postgres.py",
     "tests/store/test_equivalence.py",
+    "tests/reliability/test_acl_oracle.py",
     "tests/harvest/test_cli_sources.py",
     "tests/embed/test_onnx_query.py",
     "tests/store/test_pg_vector_access.py",

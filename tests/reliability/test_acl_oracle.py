@@ -1,0 +1,253 @@
+"""The stateful ACL oracle: a world that changes step by step, against the reference model.
+
+``tests/store/test_acl_properties.py`` loads a random world at once and searches it. Here
+Hypothesis drives a :class:`~hypothesis.stateful.RuleBasedStateMachine` through the changes a
+deployment sees over time, each through the ingest path a connector uses, and after any of
+them searches as every caller in every strategy (:func:`acl_model.check_searches`):
+
+- identities bound, rebound to a new email (compare and set) and unbound; a claim on an
+  account another email owns is refused and changes nothing;
+- group memberships replaced (nesting and cycles allowed);
+- documents added, re-sent with another text, ACL (grant, revoke, public), classification,
+  corpus or author, and deleted;
+- the process switched: two handles on the same storage, as two processes of one deployment
+  (PostgreSQL: each with its own lexical index, as on two hosts); changes and searches go
+  through either.
+
+The model knows nothing of the store: plain dictionaries, the same reference searches as the
+random-world test. Both backends; bounded here, ``GOVRAG_DEEP`` (``make test-slow``) runs
+four times the examples, and ``make soak`` runs :data:`SOAK_RUNS` times as many machines.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from govrag.harvest.ingest import Ingestor, IngestReport
+from govrag.harvest.records import DeleteRecord, IdentityRecord, Record
+from govrag.store.protocol import KnowledgeStore
+from govrag.testing import PgServer
+
+from acl_model import (
+    ACCOUNTS,
+    CORPORA,
+    EMAILS,
+    GROUPS,
+    LEVELS,
+    SYSTEMS,
+    TENANTS,
+    VOCAB,
+    RDoc,
+    World,
+    check_searches,
+)
+from conftest import (
+    doc,
+    drop_pg_database,
+    examples,
+    group,
+    ident,
+    make_pg_store,
+    make_store,
+    new_pg_database,
+)
+
+#: ``make soak`` sets ``GOVRAG_SOAK_RUNS``: this many times the machines of ``make test``.
+SOAK_RUNS = int(os.environ.get("GOVRAG_SOAK_RUNS", "1"))
+
+texts = st.lists(st.sampled_from(VOCAB), min_size=1, max_size=10).map(" ".join)
+acls = st.sets(st.sampled_from([*ACCOUNTS, *GROUPS, "*"]), max_size=3)
+levels = st.integers(min_value=0, max_value=3)
+authors = st.none() | st.sampled_from(ACCOUNTS)
+queries = st.lists(st.sampled_from(VOCAB), min_size=1, max_size=5).map(" ".join)
+
+Key = tuple[str, str, str]  # tenant, source system, account / group / external id
+#: Opens two handles on new storage under a folder (as two processes of one deployment
+#: would have them), and gives what disposes of the storage after both are closed.
+Opener = Callable[[Path], tuple[tuple[KnowledgeStore, KnowledgeStore], Callable[[], None]]]
+
+
+class AclOracle(RuleBasedStateMachine):
+    """One store and the model of what was sent to it."""
+
+    def __init__(self, open_stores: Opener):
+        super().__init__()
+        self._tmp = tempfile.TemporaryDirectory(prefix="govrag-oracle-")
+        self.stores, self._dispose = open_stores(Path(self._tmp.name))
+        #: The handle the next write goes through (a rule may switch it).
+        self.store = self.stores[0]
+        self.owners: dict[Key, str] = {}  # (tenant, system, account) -> email
+        self.groups: dict[Key, frozenset[str]] = {}
+        self.docs: dict[Key, RDoc] = {}  # (tenant, system, external id), in ingest order
+        self._ids = itertools.count()
+        self.searched = True  # nothing to search before the first change
+
+    def teardown(self) -> None:
+        try:
+            for store in self.stores:
+                store.close()
+            self._dispose()
+        finally:
+            self._tmp.cleanup()
+
+    # -- what a connector sends --------------------------------------------------------------
+    def _send(self, tenant: str, record: Record) -> IngestReport:
+        ingestor = Ingestor(self.store, tenant, embedder=self.store.embedder)
+        ingestor.add("oracle", record)
+        ingestor.flush()
+        self.searched = False
+        return ingestor.report
+
+    def _accepted(self, tenant: str, record: Record) -> None:
+        report = self._send(tenant, record)
+        assert report.errors == 0, report.messages
+
+    def world(self) -> World:
+        identities = frozenset((t, e, s, a) for (t, s, a), e in self.owners.items())
+        groups = {k: v for k, v in self.groups.items() if v}
+        return World(identities=identities, groups=groups, docs=tuple(self.docs.values()))
+
+    # -- identities ------------------------------------------------------------------------
+    @rule(tenant=st.sampled_from(TENANTS), email=st.sampled_from(EMAILS[:3]),
+          system=st.sampled_from(SYSTEMS), account=st.sampled_from(ACCOUNTS))  # fmt: skip
+    def bind(self, tenant: str, email: str, system: str, account: str) -> None:
+        owner = self.owners.get((tenant, system, account))
+        report = self._send(tenant, ident(email, account, system))
+        if owner is None or owner == email:
+            assert report.errors == 0, report.messages
+            self.owners[(tenant, system, account)] = email
+        else:  # another email owns it: refused, nothing changes
+            assert report.conflicts == 1, report.messages
+
+    @precondition(lambda self: bool(self.owners))
+    @rule(data=st.data(), email=st.sampled_from(EMAILS[:3]))
+    def rebind(self, data: st.DataObject, email: str) -> None:
+        key = data.draw(st.sampled_from(sorted(self.owners)), label="account")
+        tenant, system, account = key
+        record = IdentityRecord(type="identity", email=email, source_system=system,
+                                account_id=account, previous_email=self.owners[key])  # fmt: skip
+        self._accepted(tenant, record)
+        self.owners[key] = email
+
+    @precondition(lambda self: bool(self.owners))
+    @rule(data=st.data())
+    def unbind(self, data: st.DataObject) -> None:
+        key = data.draw(st.sampled_from(sorted(self.owners)), label="account")
+        tenant, system, account = key
+        record = IdentityRecord(type="identity", email=self.owners[key], source_system=system,
+                                account_id=account, active=False)  # fmt: skip
+        self._accepted(tenant, record)
+        del self.owners[key]
+
+    # -- groups ----------------------------------------------------------------------------
+    @rule(tenant=st.sampled_from(TENANTS), system=st.sampled_from(SYSTEMS),
+          name=st.sampled_from(GROUPS),
+          members=st.sets(st.sampled_from(ACCOUNTS + GROUPS), max_size=3))  # fmt: skip
+    def set_members(self, tenant: str, system: str, name: str, members: set[str]) -> None:
+        self._accepted(tenant, group(name, sorted(members), system))
+        self.groups[(tenant, system, name)] = frozenset(members)
+
+    # -- documents -------------------------------------------------------------------------
+    def _put(self, d: RDoc) -> None:
+        self._accepted(d.tenant, doc(d.ext, d.text, sorted(d.acl), corpus=d.corpus,
+                                     source=d.system, classification=LEVELS[d.level],
+                                     author=d.author))  # fmt: skip
+        self.docs[(d.tenant, d.system, d.ext)] = d
+
+    @precondition(lambda self: len(self.docs) < 14)
+    @rule(tenant=st.sampled_from(TENANTS), system=st.sampled_from(SYSTEMS),
+          corpus=st.sampled_from(CORPORA), text=texts, acl=acls, level=levels,
+          author=authors)  # fmt: skip
+    def add_document(self, tenant: str, system: str, corpus: str, text: str,
+                     acl: set[str], level: int, author: str | None) -> None:  # fmt: skip
+        ext = f"d{next(self._ids)}"
+        self._put(RDoc(tenant, system, ext, corpus, text, frozenset(acl), level, author))
+
+    @precondition(lambda self: bool(self.docs))
+    @rule(data=st.data(), change=st.sampled_from(["text", "acl", "level", "corpus", "author"]))
+    def change_document(self, data: st.DataObject, change: str) -> None:
+        key = data.draw(st.sampled_from(list(self.docs)), label="document")
+        d = self.docs[key]
+        new = {
+            "text": lambda: RDoc(*key[:2], d.ext, d.corpus, data.draw(texts), d.acl, d.level,
+                                 d.author),
+            "acl": lambda: RDoc(*key[:2], d.ext, d.corpus, d.text, frozenset(data.draw(acls)),
+                                d.level, d.author),
+            "level": lambda: RDoc(*key[:2], d.ext, d.corpus, d.text, d.acl, data.draw(levels),
+                                  d.author),
+            "corpus": lambda: RDoc(*key[:2], d.ext, data.draw(st.sampled_from(CORPORA)), d.text,
+                                   d.acl, d.level, d.author),
+            "author": lambda: RDoc(*key[:2], d.ext, d.corpus, d.text, d.acl, d.level,
+                                   data.draw(authors)),
+        }[change]()  # fmt: skip
+        self._put(new)
+
+    @precondition(lambda self: bool(self.docs))
+    @rule(data=st.data())
+    def delete_document(self, data: st.DataObject) -> None:
+        key = data.draw(st.sampled_from(list(self.docs)), label="document")
+        tenant, system, ext = key
+        self._accepted(tenant, DeleteRecord(type="delete", source_system=system,
+                                            external_id=ext))  # fmt: skip
+        del self.docs[key]
+
+    # -- processes -------------------------------------------------------------------------
+    @rule(other=st.booleans())
+    def switch_process(self, other: bool) -> None:
+        """Later writes and searches go through the other handle: what one process wrote,
+        the other must search with the same rights (its derived indexes catch up)."""
+        self.store = self.stores[int(other)]
+
+    # -- searches --------------------------------------------------------------------------
+    @rule(query=queries, ceiling=levels, k=st.integers(min_value=1, max_value=6),
+          corpora=st.none() | st.lists(st.sampled_from(CORPORA), min_size=1,
+                                       unique=True))  # fmt: skip
+    def search(self, query: str, ceiling: int, k: int, corpora: list[str] | None) -> None:
+        check_searches(self.store, self.world(), query, ceiling, k, corpora, ordered=False)
+        self.searched = True
+
+    @invariant()
+    def searched_after_each_change(self) -> None:
+        """A search after every change, whatever Hypothesis drew: no step goes unchecked."""
+        if not self.searched:
+            check_searches(self.store, self.world(), "wire limit risk", 3, 4, None,
+                           ordered=False)  # fmt: skip
+            self.searched = True
+
+
+def _run(open_stores: Opener, machines: int, steps: int) -> None:
+    from hypothesis.stateful import run_state_machine_as_test
+
+    run_state_machine_as_test(
+        lambda: AclOracle(open_stores),
+        settings=settings(max_examples=machines * SOAK_RUNS, stateful_step_count=steps,
+                          deadline=None, suppress_health_check=[HealthCheck.too_slow]),
+    )  # fmt: skip
+
+
+def test_sqlite_holds_the_reference_model_as_the_world_changes() -> None:
+    def open_stores(root: Path) -> tuple[tuple[KnowledgeStore, KnowledgeStore], Callable[[], None]]:
+        return (make_store(root), make_store(root)), lambda: None
+
+    _run(open_stores, machines=examples(60), steps=40)
+
+
+def test_postgres_holds_the_reference_model_as_the_world_changes(pg_cluster: PgServer) -> None:
+    def open_stores(root: Path) -> tuple[tuple[KnowledgeStore, KnowledgeStore], Callable[[], None]]:
+        dsn = new_pg_database(pg_cluster)
+        # Each process keeps its own lexical index, as on two hosts.
+        stores = (
+            make_pg_store(pg_cluster, dsn, root / "a"),
+            make_pg_store(pg_cluster, dsn, root / "b"),
+        )
+        return stores, lambda: drop_pg_database(pg_cluster, dsn)
+
+    _run(open_stores, machines=examples(15), steps=30)
