@@ -99,11 +99,15 @@ test-llm: $(VENV)/.stamp-dev $(LLM_VENV)/.stamp
 	  tests/live; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
-# The crash test with many more SIGKILL points than `make test` runs, and the ACL oracle at
-# scale: 20,000 queries by 520 identities per backend, 20 times the stateful machines.
+# The crash test with many more SIGKILL points than `make test` runs, and the ACL oracles at
+# scale (20,000 queries by 520 identities per backend, 20 times the stateful machines);
+# bench/RELIABILITY.md records what they checked (bench/reliability.py).
 soak: $(VENV)/.stamp-dev
-	GOVRAG_CRASH_RUNS=300 $(BIN)/python -m pytest -q tests/harvest/test_crash.py
-	GOVRAG_SOAK_QUERIES=20000 GOVRAG_SOAK_RUNS=20 $(BIN)/python -m pytest -q -s tests/reliability
+	rm -rf bench/out/reliability bench/out/soak-junit.xml
+	GOVRAG_RELIABILITY_DIR=bench/out/reliability GOVRAG_CRASH_RUNS=300 \
+	GOVRAG_SOAK_QUERIES=20000 GOVRAG_SOAK_RUNS=20 $(BIN)/python -m pytest -q -s \
+	  tests/harvest/test_crash.py tests/reliability --junitxml=bench/out/soak-junit.xml
+	$(BIN)/python -m bench.reliability
 
 bench: $(VENV)/.stamp-dev
 	$(BIN)/python -m bench.run

@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import os
 import tempfile
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -66,9 +67,12 @@ from conftest import (
     make_store,
     new_pg_database,
 )
+from reliability_figures import record
 
 #: ``make soak`` sets ``GOVRAG_SOAK_RUNS``: this many times the machines of ``make test``.
 SOAK_RUNS = int(os.environ.get("GOVRAG_SOAK_RUNS", "1"))
+#: What the machines of one test did (for the soak's report): steps taken, worlds searched.
+DONE: Counter[str] = Counter()
 
 texts = st.lists(st.sampled_from(VOCAB), min_size=1, max_size=10).map(" ".join)
 acls = st.sets(st.sampled_from([*ACCOUNTS, *GROUPS, "*"]), max_size=3)
@@ -98,6 +102,7 @@ class AclOracle(RuleBasedStateMachine):
         self.searched = True  # nothing to search before the first change
 
     def teardown(self) -> None:
+        DONE["machines"] += 1
         try:
             self._dispose()
         finally:
@@ -105,6 +110,7 @@ class AclOracle(RuleBasedStateMachine):
 
     # -- what a connector sends --------------------------------------------------------------
     def _send(self, tenant: str, record: Record) -> IngestReport:
+        DONE["changes sent"] += 1
         ingestor = Ingestor(self.store, tenant, embedder=self.store.embedder)
         ingestor.add("oracle", record)
         ingestor.flush()
@@ -245,6 +251,7 @@ class AclOracle(RuleBasedStateMachine):
     def search(self, query: str, ceiling: int, k: int, corpora: list[str] | None) -> None:
         check_searches(self.store, self.world(), query, ceiling, k, corpora, ordered=False)
         self.searched = True
+        DONE["worlds searched"] += 1
 
     @invariant()
     def searched_after_each_change(self) -> None:
@@ -253,6 +260,7 @@ class AclOracle(RuleBasedStateMachine):
             check_searches(self.store, self.world(), "wire limit risk", 3, 4, None,
                            ordered=False)  # fmt: skip
             self.searched = True
+            DONE["worlds searched"] += 1
 
 
 def close_all(stores: tuple[KnowledgeStore, ...]) -> None:
@@ -261,19 +269,28 @@ def close_all(stores: tuple[KnowledgeStore, ...]) -> None:
 
 
 def run_machines(
-    machine: Callable[[], AclOracle], machines: int, steps: int, *, fixed: bool = False
+    machine: Callable[[], AclOracle],
+    machines: int,
+    steps: int,
+    *,
+    fixed: bool = False,
+    name: str | None = None,
 ) -> None:
     """``machines`` runs of ``machine`` (:data:`SOAK_RUNS` times as many), ``steps`` each.
     ``fixed``: the same machines on every run but a soak's (a test that asserts it saw
-    enough to prove something must not depend on the draw)."""
+    enough to prove something must not depend on the draw). ``name``: what the soak's
+    report calls the run."""
     from hypothesis.stateful import run_state_machine_as_test
 
+    DONE.clear()
     run_state_machine_as_test(
         machine,
         settings=settings(max_examples=machines * SOAK_RUNS, stateful_step_count=steps,
                           deadline=None, suppress_health_check=[HealthCheck.too_slow],
                           derandomize=fixed and SOAK_RUNS == 1),
     )  # fmt: skip
+    if name is not None:
+        record(name, {"steps per machine (at most)": steps, **DONE})
 
 
 def test_sqlite_holds_the_reference_model_as_the_world_changes() -> None:
@@ -281,7 +298,8 @@ def test_sqlite_holds_the_reference_model_as_the_world_changes() -> None:
         stores = (make_store(root), make_store(root))
         return stores, lambda: close_all(stores)
 
-    run_machines(lambda: AclOracle(open_stores), machines=examples(60), steps=40)
+    run_machines(lambda: AclOracle(open_stores), machines=examples(60), steps=40,
+                 name="acl-oracle-sqlite")  # fmt: skip
 
 
 # The connection pool's background threads draw from the global random module (jitter)
@@ -302,4 +320,5 @@ def test_postgres_holds_the_reference_model_as_the_world_changes(pg_cluster: PgS
 
         return stores, dispose
 
-    run_machines(lambda: AclOracle(open_stores), machines=examples(15), steps=30)
+    run_machines(lambda: AclOracle(open_stores), machines=examples(15), steps=30,
+                 name="acl-oracle-postgres")  # fmt: skip

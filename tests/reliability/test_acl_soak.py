@@ -20,6 +20,7 @@ import random
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+import pytest
 
 from govrag.embed.hashing import HashEmbedder
 from govrag.harvest.ingest import Ingestor
@@ -38,6 +39,7 @@ from acl_model import (
     readable_by,
 )
 from conftest import StoreFactory, doc, group, ident
+from reliability_figures import record
 
 QUERIES = int(os.environ.get("GOVRAG_SOAK_QUERIES", "400"))
 CHANGE_EVERY = 100
@@ -93,8 +95,8 @@ class Soak:
     # -- sending ---------------------------------------------------------------------------
     def send(self, tenant: str, records: list[Record]) -> None:
         ingestor = Ingestor(self.store, tenant, embedder=self.store.embedder)
-        for i, record in enumerate(records):
-            ingestor.add(f"soak {i}", record)
+        for i, item in enumerate(records):
+            ingestor.add(f"soak {i}", item)
         ingestor.flush()
         assert ingestor.report.errors == 0, ingestor.report.messages
         self.model.version += 1
@@ -303,10 +305,11 @@ class Soak:
 
 
 def test_a_large_world_holds_the_reference_model_as_rights_change(
-    open_store: StoreFactory,
+    open_store: StoreFactory, request: pytest.FixtureRequest
 ) -> None:
     soak = Soak(open_store(), seed=QUERIES)
     checked = soak.run(QUERIES)
+    record(f"acl-soak-{request.node.callspec.id}", checked)
     identities = checked["identities"]
     print(
         f"\nACL soak: {identities} identities, {checked['searches']} searches, "

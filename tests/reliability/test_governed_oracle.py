@@ -27,7 +27,6 @@ from typing import Any
 import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
-from test_acl_oracle import AclOracle, close_all, queries, run_machines
 
 import govrag
 from govrag.app import Govrag
@@ -39,6 +38,8 @@ from govrag.types import HiddenMarker, Principal, Strategy
 
 from acl_model import CORPORA, EMAILS, LEVELS, World, author_email, principals, readable_by
 from conftest import drop_pg_database, examples, make_pg_store, make_store, pg_store_settings
+from reliability_figures import record
+from test_acl_oracle import DONE, AclOracle, close_all, queries, run_machines
 
 #: sub -> (email, clearance, entitled corpora): a caller per email of the model (the last one
 #: is never bound to an account: it may read nothing), one entitled to ``c1`` alone.
@@ -136,6 +137,7 @@ class GovernedOracle(AclOracle):
                 self._check_marker(result.hidden, query, can, entitled, sub)
             assert [c.chunk_id for c in again.results] == [c.chunk_id for c in first.results]
             SEEN["chunks"] += len(first.results)
+            SEEN["governed searches"] += 2
 
     @rule(data=st.data())
     def governed_answer(self, data: st.DataObject) -> None:
@@ -150,6 +152,7 @@ class GovernedOracle(AclOracle):
             assert not used, f"{sub}'s answer used {sorted(used)} ({question!r})"
             assert cited <= packed, "a citation that is not in the evidence"
             SEEN["citations"] += len(cited)
+            SEEN["governed answers"] += 1
             self._check_marker(answer.hidden, question, can, entitled, sub)
 
     def _check_marker(
@@ -184,6 +187,7 @@ def test_governed_sqlite_holds_the_reference_model() -> None:
     run_machines(
         lambda: GovernedOracle(storage, second), machines=examples(12), steps=30, fixed=True
     )
+    record("governed-oracle-sqlite", {"steps per machine (at most)": 30, **DONE, **SEEN})
     print(f"\ngoverned oracle: {dict(SEEN)}")
     assert min(SEEN["chunks"], SEEN["citations"], SEEN["markers"]) > 0, SEEN
 
@@ -201,7 +205,8 @@ def test_governed_postgres_holds_the_reference_model(pg_cluster: PgServer) -> No
 
     SEEN.clear()
     run_machines(
-        lambda: GovernedOracle(storage, second), machines=examples(6), steps=25, fixed=True
+        lambda: GovernedOracle(storage, second), machines=examples(8), steps=30, fixed=True
     )
+    record("governed-oracle-postgres", {"steps per machine (at most)": 30, **DONE, **SEEN})
     print(f"\ngoverned oracle: {dict(SEEN)}")
     assert min(SEEN["chunks"], SEEN["citations"], SEEN["markers"]) > 0, SEEN
