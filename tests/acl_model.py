@@ -160,20 +160,14 @@ def check_topk(actual: list[tuple[str, float]], reference: dict[str, float], k: 
 def to_records(world: World, tenant: str) -> list[Record]:
     out: list[Record] = [ident(e, a, s) for t, e, s, a in sorted(world.identities) if t == tenant]
     out += [group(g, sorted(m), s) for (t, s, g), m in sorted(world.groups.items()) if t == tenant]
-    out += [
-        doc(
-            d.ext,
-            d.text,
-            sorted(d.acl),
-            corpus=d.corpus,
-            source=d.system,
-            classification=LEVELS[d.level],
-            author=d.author,
-        )
-        for d in world.docs
-        if d.tenant == tenant
-    ]
+    out += [doc_record(d) for d in world.docs if d.tenant == tenant]
     return out
+
+
+def doc_record(d: RDoc) -> Record:
+    """The record a connector sends for the model's document ``d``."""
+    return doc(d.ext, d.text, sorted(d.acl), corpus=d.corpus, source=d.system,
+               classification=LEVELS[d.level], author=d.author)  # fmt: skip
 
 
 def check_searches(

@@ -49,16 +49,15 @@ from acl_model import (
     CORPORA,
     EMAILS,
     GROUPS,
-    LEVELS,
     SYSTEMS,
     TENANTS,
     VOCAB,
     RDoc,
     World,
     check_searches,
+    doc_record,
 )
 from conftest import (
-    doc,
     drop_pg_database,
     examples,
     group,
@@ -193,9 +192,7 @@ class AclOracle(RuleBasedStateMachine):
 
     # -- documents -------------------------------------------------------------------------
     def _put(self, d: RDoc) -> None:
-        self._accepted(d.tenant, doc(d.ext, d.text, sorted(d.acl), corpus=d.corpus,
-                                     source=d.system, classification=LEVELS[d.level],
-                                     author=d.author))  # fmt: skip
+        self._accepted(d.tenant, doc_record(d))
         self.docs[(d.tenant, d.system, d.ext)] = d
 
     @precondition(lambda self: len(self.docs) < 14)

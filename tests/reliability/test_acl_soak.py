@@ -29,16 +29,16 @@ from govrag.store.protocol import KnowledgeStore
 from govrag.types import Classification, Principal, SearchRequest, Strategy
 
 from acl_model import (
-    LEVELS,
     RDoc,
     World,
     bm25,
     check_marker,
     check_topk,
+    doc_record,
     principals,
     readable_by,
 )
-from conftest import StoreFactory, doc, group, ident
+from conftest import StoreFactory, group, ident
 from reliability_figures import record
 
 QUERIES = int(os.environ.get("GOVRAG_SOAK_QUERIES", "400"))
@@ -123,17 +123,6 @@ class Soak:
             self.rng.choice([None, *self.accounts[:40]]),
         )
 
-    def _doc_record(self, d: RDoc) -> Record:
-        return doc(
-            d.ext,
-            d.text,
-            sorted(d.acl),
-            corpus=d.corpus,
-            source=d.system,
-            classification=LEVELS[d.level],
-            author=d.author,
-        )
-
     def build(self) -> None:
         m = self.model
         for tenant in TENANTS:
@@ -152,7 +141,7 @@ class Soak:
             for i in range(N_DOCS):
                 d = self._new_doc(tenant, f"{tenant}-d{i}")
                 m.docs[(tenant, d.system, d.ext)] = d
-                records.append(self._doc_record(d))
+                records.append(doc_record(d))
             self.send(tenant, records)
 
     # -- changing --------------------------------------------------------------------------
@@ -193,7 +182,7 @@ class Soak:
                 "move": lambda: replace(d, corpus=self.rng.choice(CORPORA)),
                 "rewrite": lambda: replace(d, text=self._text()),
             }[kind]()
-            self.send(tenant, [self._doc_record(new)])
+            self.send(tenant, [doc_record(new)])
             m.docs[key] = new
         elif kind in ("rebind", "unbind") and owned:
             key = self.rng.choice(owned)
@@ -235,7 +224,7 @@ class Soak:
             m.groups[(tenant, system, g)] = members
         else:  # "add", or a change with nothing to change
             d = self._new_doc(tenant, f"{tenant}-n{m.version}")
-            self.send(tenant, [self._doc_record(d)])
+            self.send(tenant, [doc_record(d)])
             m.docs[(tenant, d.system, d.ext)] = d
         self.checked["changes"] += 1
 
