@@ -11,8 +11,8 @@ them searches as every caller in every strategy (:func:`acl_model.check_searches
 - documents added, re-sent with another text, ACL (grant, revoke, public), classification,
   corpus or author, and deleted;
 - the process switched: two handles on the same storage, as two processes of one deployment
-  (PostgreSQL: each with its own lexical index, as on two hosts); changes and searches go
-  through either.
+  (each with its own lexical index, as on two hosts); changes and searches go through
+  either.
 
 The model knows nothing of the store: plain dictionaries, the same reference searches as the
 random-world test. Both backends; bounded here, ``GOVRAG_DEEP`` (``make test-slow``) runs
@@ -39,9 +39,11 @@ from hypothesis.stateful import (
     rule,
 )
 
+from govrag.embed.hashing import HashEmbedder
 from govrag.harvest.ingest import Ingestor, IngestReport
 from govrag.harvest.records import DeleteRecord, IdentityRecord, Record
 from govrag.store.protocol import KnowledgeStore
+from govrag.store.sqlite import SQLiteStore
 from govrag.testing import PgServer
 
 from acl_model import (
@@ -145,8 +147,17 @@ class AclOracle(RuleBasedStateMachine):
              data.draw(authors, label="author"))
             for _ in range(n)
         ]  # fmt: skip
+        chained = (data.draw(st.sampled_from(CORPORA), label="corpus"),
+                   data.draw(texts, label="text"), data.draw(levels, label="level"))  # fmt: skip
         for email, (system, account) in zip(EMAILS[:3], accounts, strict=True):
             self.bind("t1", email, system, account)
+        # A chain two groups deep to the first caller's account (g0 holds g1 holds it), in
+        # its system, and a document granted to g0 alone: readable only through the chain.
+        system, account = accounts[0]
+        self.set_members("t1", system, "g1", {account})
+        self.set_members("t1", system, "g0", {"g1"})
+        corpus, text, level = chained
+        self.add_document("t1", system, corpus, text, {"g0"}, level, None)
         for args in docs:
             self.add_document(*args)
 
@@ -242,11 +253,16 @@ class AclOracle(RuleBasedStateMachine):
         self.store = self.stores[int(other)]
 
     # -- searches --------------------------------------------------------------------------
-    @rule(query=queries, ceiling=levels, k=st.integers(min_value=1, max_value=6),
-          corpora=st.none() | st.lists(st.sampled_from(CORPORA), min_size=1,
-                                       unique=True))  # fmt: skip
-    def search(self, query: str, ceiling: int, k: int, corpora: list[str] | None) -> None:
-        check_searches(self.store, self.world(), query, ceiling, k, corpora, ordered=False)
+    @rule(query=queries, k=st.integers(min_value=1, max_value=6),
+          views=st.lists(st.tuples(levels, st.none() | st.lists(st.sampled_from(CORPORA),
+                                                               min_size=1, unique=True)),
+                         min_size=1, max_size=3))  # fmt: skip
+    def search(self, query: str, k: int, views: list[tuple[int, list[str] | None]]) -> None:
+        """The same query at one to three clearances and corpus lists, with nothing changed
+        between them: what a search kept (a filter's rows) must serve only its own view."""
+        world = self.world()
+        for ceiling, corpora in views:
+            check_searches(self.store, world, query, ceiling, k, corpora, ordered=False)
         self.searched = True
         DONE["worlds searched"] += 1
 
@@ -292,7 +308,10 @@ def run_machines(
 
 def test_sqlite_holds_the_reference_model_as_the_world_changes() -> None:
     def open_stores(root: Path) -> tuple[tuple[KnowledgeStore, KnowledgeStore], Callable[[], None]]:
-        stores = (make_store(root), make_store(root))
+        # One database; each process keeps its own lexical index, as on two hosts.
+        other = SQLiteStore(root / "govrag.db", index_dir=root / "index-b",
+                            embedder=HashEmbedder(dim=64))  # fmt: skip
+        stores = (make_store(root), other)
         return stores, lambda: close_all(stores)
 
     run_machines(lambda: AclOracle(open_stores), machines=examples(60), steps=40,

@@ -10,7 +10,9 @@ must never reach them. For each governed search and answer, against the referenc
 
 - every chunk of every pack, and every citation, is of a document the caller may read now
   (its tenant, an entitled corpus of the route, at or below its clearance, its ACL);
-- a search repeated with nothing changed in between returns the same chunks;
+- a search repeated with nothing changed in between returns the same chunks, and every
+  search returns what the same search on the deployment with the cache off returns (a
+  ranking cached before a grant, an identity or a group change is stale);
 - a hidden-item marker names only contacts of documents that count for it (its budget may
   withhold one, never invent one).
 """
@@ -26,11 +28,13 @@ from typing import Any
 
 import pytest
 from hypothesis import strategies as st
-from hypothesis.stateful import precondition, rule
+from hypothesis.stateful import invariant, precondition, rule
 
 import govrag
 from govrag.app import Govrag
 from govrag.deployment import Deployment
+from govrag.harvest.ingest import IngestReport
+from govrag.harvest.records import Record
 from govrag.store.analyzer import default_analyzer
 from govrag.store.protocol import KnowledgeStore
 from govrag.testing import PgServer
@@ -61,7 +65,11 @@ def _deployment(root: Path, store: dict[str, Any]) -> Deployment:
              "doc_entitlements": [f"{c}:read" for c in corpora]}
             for sub, (email, level, corpora) in CALLERS.items()]  # fmt: skip
     (root / "principals.json").write_text(json.dumps({"principals": rows}))
-    return Deployment.load(root, store=store, embedder={"name": "hash", "dim": 64})
+    return _open(root, store)
+
+
+def _open(root: Path, store: dict[str, Any], **overrides: Any) -> Deployment:
+    return Deployment.load(root, store=store, embedder={"name": "hash", "dim": 64}, **overrides)
 
 
 class GovernedOracle(AclOracle):
@@ -69,17 +77,22 @@ class GovernedOracle(AclOracle):
 
     def __init__(self, storage: Storage, second: Callable[[dict[str, Any], Path], KnowledgeStore]):
         self.dep: Deployment | None = None
+        self.uncached: Deployment | None = None
 
         def open_stores(
             root: Path,
         ) -> tuple[tuple[KnowledgeStore, KnowledgeStore], Callable[[], None]]:
             config, drop = storage(root)
             dep = self.dep = _deployment(root / "deploy", config)
+            # The same deployment with the gateway's result cache off: what a search must
+            # return now, against which a cached answer is compared.
+            uncached = self.uncached = _open(root / "deploy", config, gateway={"cache_entries": 0})
             other = second(config, root / "other")
 
             def dispose() -> None:
                 try:
                     close_all((other,))
+                    uncached.close()
                     dep.close()
                 finally:
                     drop()
@@ -87,10 +100,13 @@ class GovernedOracle(AclOracle):
             return (dep.store, other), dispose
 
         super().__init__(open_stores)
-        assert self.dep is not None
+        assert self.dep is not None and self.uncached is not None
         self.app = Govrag(self.dep)
+        self.fresh = Govrag(self.uncached)
         #: The last searches made (query, strategy, top-k), to ask again later.
         self.recent: list[tuple[str, Strategy, int]] = []
+        #: Whether a change was sent since the invariant last ran.
+        self.changed = False
 
     def _caller(self, sub: str) -> tuple[Principal, set[str], list[str]]:
         """The caller, the documents it may read now, and the corpora it may search."""
@@ -116,6 +132,18 @@ class GovernedOracle(AclOracle):
         gateway's result cache)."""
         self._search_all(self._question(data), strategy, k)
 
+    def _send(self, tenant: str, record: Record) -> IngestReport:
+        self.changed = True
+        return super()._send(tenant, record)
+
+    @invariant()
+    def last_search_after_each_change(self) -> None:
+        """After every change, the last governed search again: the cache's ranking from
+        before the change must give what the same search uncached gives now."""
+        if self.changed and self.recent:
+            self._search_all(*self.recent[-1])
+        self.changed = False
+
     @precondition(lambda self: bool(self.recent))
     @rule(data=st.data())
     def search_again(self, data: st.DataObject) -> None:
@@ -133,9 +161,14 @@ class GovernedOracle(AclOracle):
                 chunks = [c for p in result.packs for c in p.chunks]
                 leaked = {c.doc_id for c in chunks} - can
                 assert not leaked, f"{sub} was handed {sorted(leaked)} ({query!r}, {strategy})"
-                assert len(result.results) <= k * len(entitled)
                 self._check_marker(result.hidden, query, can, entitled, sub)
             assert [c.chunk_id for c in again.results] == [c.chunk_id for c in first.results]
+            # Not only nothing revoked: nothing granted since missing either (a cached ranking
+            # from before a grant, an identity or a group change is stale, not just unsafe).
+            now = self.fresh.search(caller, query, strategy=strategy, top_k=k)
+            assert [c.chunk_id for c in first.results] == [c.chunk_id for c in now.results], (
+                f"{sub}'s search {query!r} ({strategy}) differs from the same search uncached"
+            )
             SEEN["chunks"] += len(first.results)
             SEEN["governed searches"] += 2
 
