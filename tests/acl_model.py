@@ -46,6 +46,10 @@ EPS = 1e-4
 MARKER_SHARE = Fraction("0.5")
 
 
+#: Whom the marker names for a document: its source system and its author's email.
+Contact = tuple[str, str | None]
+
+
 @dataclass(frozen=True)
 class RDoc:
     tenant: str
@@ -249,15 +253,20 @@ def check_marker(
     if not principals(world, tenant, email):
         assert not hidden.present  # no identity: learns nothing
         return
-    analyze = default_analyzer().analyze
-    words = set(analyze(query))
-    # At least max(2, ceil(share * n)) of the n distinct terms; a one-term query: none.
-    need = max(2, math.ceil(MARKER_SHARE * len(words)))
-    counted = [d for d in askable if len(words) >= 2 and d.ext not in can
-               and len(words & set(_terms(d.text))) >= need]  # fmt: skip
-    contacts = list(dict.fromkeys((d.system, author_email(world, d)) for d in counted))
+    contacts = marker_contacts(world, askable, can, query)
     if ordered:
         assert named == sorted(contacts[:3], key=lambda c: (c[0], c[1] or ""))
     else:
         assert len(named) == len(set(named)) == min(3, len(contacts))
         assert set(named) <= set(contacts), "the marker named someone no counted document has"
+
+
+def marker_contacts(world: World, askable: list[RDoc], can: set[str], query: str) -> list[Contact]:
+    """The contacts (source, author email) of the documents that count for the marker, in
+    ``askable``'s order: those the caller may not read holding at least
+    ``max(2, ceil(share * n))`` of the query's ``n`` distinct terms (none when ``n < 2``)."""
+    words = set(default_analyzer().analyze(query))
+    need = max(2, math.ceil(MARKER_SHARE * len(words)))
+    counted = [d for d in askable if len(words) >= 2 and d.ext not in can
+               and len(words & set(_terms(d.text))) >= need]  # fmt: skip
+    return list(dict.fromkeys((d.system, author_email(world, d)) for d in counted))

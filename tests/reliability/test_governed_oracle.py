@@ -20,7 +20,6 @@ must never reach them. For each governed search and answer, against the referenc
 from __future__ import annotations
 
 import json
-import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -35,7 +34,6 @@ from govrag.app import Govrag
 from govrag.deployment import Deployment
 from govrag.harvest.ingest import IngestReport
 from govrag.harvest.records import Record
-from govrag.store.analyzer import default_analyzer
 from govrag.store.protocol import KnowledgeStore
 from govrag.testing import PgServer
 from govrag.types import HiddenMarker, Principal, Strategy
@@ -45,8 +43,7 @@ from acl_model import (
     EMAILS,
     GROUPS,
     LEVELS,
-    World,
-    author_email,
+    marker_contacts,
     principals,
     readable_by,
 )
@@ -223,14 +220,11 @@ class GovernedOracle(AclOracle):
     ) -> None:
         if not hidden.present:
             return  # absent is always allowed here: the budget may withhold it
-        world: World = self.world()
+        world = self.world()
         _, level, _ = CALLERS[sub]
-        words = set(default_analyzer().analyze(query))
-        need = max(2, math.ceil(0.5 * len(words)))
-        counted = [d for d in world.docs if d.tenant == "t1" and d.corpus in entitled
-                   and d.level <= level and d.ext not in can and len(words) >= 2
-                   and len(words & set(default_analyzer().analyze(d.text))) >= need]  # fmt: skip
-        contacts = {(d.system, author_email(world, d)) for d in counted}
+        askable = [d for d in world.docs
+                   if d.tenant == "t1" and d.corpus in entitled and d.level <= level]  # fmt: skip
+        contacts = set(marker_contacts(world, askable, can, query))
         named = {(s.source_system, s.author_email) for s in hidden.sources}
         assert named and named <= contacts, f"the marker named {named - contacts} for {sub}"
         SEEN["markers"] += 1
