@@ -30,6 +30,7 @@ from agent_world import (
 from govrag.deployment import Deployment
 from govrag.errors import ConfigError
 from govrag.policy import CedarPDP, default_bundle
+from govrag.policy.marker import MarkerGate
 from govrag.policy.pep import PolicyEnforcementPoint, Proposal
 from govrag.routes.models import Retrieval
 from govrag.store.sqlite import SQLiteStore
@@ -239,7 +240,7 @@ def test_the_pep_never_decides_a_corpus_the_callers_tenant_lacks(tmp_path: Path)
     store = SQLiteStore(tmp_path / "a.db")
     pdp = CedarPDP(default_bundle())
     tenancy = CorpusTenancy({"b-docs": frozenset({"B"})})
-    pep = PolicyEnforcementPoint(pdp, store, tenancy=tenancy)
+    pep = PolicyEnforcementPoint(pdp, store, markers=MarkerGate(store), tenancy=tenancy)
     scope = Retrieval(mode="tool", scope=("a-docs", "b-docs"))
     caller = Principal(sub="u", email="u@a.example", tenant="A",
                        doc_entitlements=("a-docs:read", "b-docs:read"))  # fmt: skip

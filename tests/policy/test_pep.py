@@ -14,6 +14,7 @@ import pytest
 from govrag.errors import StoreError
 from govrag.policy import CedarPDP, default_bundle
 from govrag.policy.bundle import PolicyBundle
+from govrag.policy.marker import MarkerGate
 from govrag.policy.pdp import cedar_request, entities
 from govrag.policy.pep import Enforced, PolicyEnforcementPoint, Proposal
 from govrag.policy.sarac import Decision, SaracRequest
@@ -44,7 +45,10 @@ def store(tmp_path: Path) -> Iterator[SQLiteStore]:
 def pep(store: SQLiteStore) -> Iterator[PolicyEnforcementPoint]:
     pdp = CedarPDP(default_bundle())
     yield PolicyEnforcementPoint(
-        pdp, store, corpus_classification={"board-minutes": C.CONFIDENTIAL}
+        pdp,
+        store,
+        markers=MarkerGate(store),
+        corpus_classification={"board-minutes": C.CONFIDENTIAL},
     )
     pdp.close()
 
@@ -119,7 +123,7 @@ def test_decision_table(
 def test_pep_verdicts_equal_cedar_on_random_requests(tmp_path: Path) -> None:
     store = SQLiteStore(":memory:")
     pdp = CedarPDP(default_bundle())
-    pep = PolicyEnforcementPoint(pdp, store)
+    pep = PolicyEnforcementPoint(pdp, store, markers=MarkerGate(store))
     rng = random.Random(7)
     corpora = ["policy-engine", "hr-policies", "clause-index", "product-faq"]
     bundle = default_bundle()
@@ -183,7 +187,7 @@ def test_a_pdp_fault_is_deny_and_searches_nothing(
             raise RuntimeError("engine exploded")
 
         monkeypatch.setattr(pdp._cedar, "is_authorized", boom)
-    pep = PolicyEnforcementPoint(pdp, store)
+    pep = PolicyEnforcementPoint(pdp, store, markers=MarkerGate(store))
     done, spy = run(pep, store, OFFICER, TOOL, "policy-engine")
     assert (done.decision.verdict, done.decision.reason, spy.calls) == ("DENY", "policy_error", 0)
     assert store.audit_events("bank-eu")[0].payload["verdict"] == "DENY"  # still audited
@@ -192,7 +196,7 @@ def test_a_pdp_fault_is_deny_and_searches_nothing(
 
 def test_a_profile_no_bundle_serves_is_deny_not_a_fallback(store: SQLiteStore) -> None:
     pdp = CedarPDP(default_bundle())
-    pep = PolicyEnforcementPoint({"pgar.retrieval.corpus": pdp}, store)
+    pep = PolicyEnforcementPoint({"pgar.retrieval.corpus": pdp}, store, markers=MarkerGate(store))
     spy = Spy(store, "req-1")
     proposal = Proposal("retrieve_documents", "retrieve_documents", "policy-engine", "q")
     done = pep.enforce(OFFICER, TOOL, proposal, spy, route_id="r", request_id="req-1",
@@ -216,7 +220,7 @@ def test_an_audit_write_failure_is_deny_and_searches_nothing(tmp_path: Path, fau
     store = SQLiteStore(tmp_path / "g.db")
     store.append_audit("bank-eu", "warm-up", {}, request_id="w", session_id="w")
     pdp = CedarPDP(default_bundle())
-    pep = PolicyEnforcementPoint(pdp, store)
+    pep = PolicyEnforcementPoint(pdp, store, markers=MarkerGate(store))
     other = None
     if fault == "closed_connection":
         store._db.connection.close()

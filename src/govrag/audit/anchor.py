@@ -43,7 +43,7 @@ from govrag.audit.checkpoint import Checkpoint, CheckpointDir
 from govrag.audit.keys import Keyring
 from govrag.errors import ConfigError, NotFoundError
 from govrag.store.audit import NO_TENANT_ROW, AuditChain, AuditEvent, ChainReport
-from govrag.store.protocol import KnowledgeStore
+from govrag.store.protocol import AuditChains
 
 
 @dataclass(frozen=True)
@@ -224,7 +224,7 @@ def _parse(text: str) -> datetime:
 
 
 def verify_anchored(
-    store: KnowledgeStore,
+    store: AuditChains,
     directory: CheckpointDir,
     keys: Keyring | Ed25519PublicKey,
     *,
@@ -280,7 +280,7 @@ class CheckpointRun:
 
 
 def checkpoint_now(
-    store: KnowledgeStore,
+    store: AuditChains,
     directory: CheckpointDir,
     key: Ed25519PrivateKey,
     *,

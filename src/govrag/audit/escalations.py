@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from govrag.audit.events import EscalationEvent, kind_of, parse_event
-from govrag.store.protocol import KnowledgeStore
+from govrag.store.protocol import AuditReader
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class Escalation:
         return asdict(self)
 
 
-def escalations(store: KnowledgeStore, tenant: str, *, queue: str | None = None
+def escalations(store: AuditReader, tenant: str, *, queue: str | None = None
                 ) -> list[Escalation]:  # fmt: skip
     """The tenant's escalations, oldest first (only ``queue``'s, if given)."""
     kind = kind_of(EscalationEvent)

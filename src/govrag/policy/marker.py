@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 
 from govrag.audit.events import HiddenMarkerEvent, write
-from govrag.store.protocol import KnowledgeStore
+from govrag.store.protocol import MarkerLedger
 from govrag.types import ContextPack, HiddenMarker, Principal
 
 log = logging.getLogger("govrag.policy")
@@ -28,7 +28,7 @@ class MarkerGate:
 
     def __init__(
         self,
-        store: KnowledgeStore,
+        store: MarkerLedger,
         *,
         budget: int = 50,
         window_hours: float = 24.0,

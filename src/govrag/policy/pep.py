@@ -48,7 +48,7 @@ from govrag.gateway import ContextPack, Gateway
 from govrag.policy.marker import MarkerGate
 from govrag.policy.pdp import CedarPDP
 from govrag.policy.sarac import Decision, SaracRequest
-from govrag.store.protocol import KnowledgeStore
+from govrag.store.protocol import RequestLog
 from govrag.types import (
     ChunkOrigin,
     Classification,
@@ -107,12 +107,12 @@ class PolicyEnforcementPoint:
     def __init__(
         self,
         pdp: CedarPDP | Mapping[str, CedarPDP],
-        audit: KnowledgeStore,
+        audit: RequestLog,
         *,
+        markers: MarkerGate,
         gateway: Gateway | None = None,
         default_profile: str | None = None,
         corpus_classification: Mapping[str, Classification] | None = None,
-        markers: MarkerGate | None = None,
         tenancy: CorpusTenancy | None = None,
     ) -> None:
         """``tenancy`` says which tenants hold each corpus id (default: every tenant)."""
@@ -122,7 +122,7 @@ class PolicyEnforcementPoint:
         self.gateway = gateway
         self.corpus_classification = dict(corpus_classification or {})
         #: Audits each hidden-item marker a pack would carry and applies the budget.
-        self.markers = markers or MarkerGate(audit)
+        self.markers = markers
         self.tenancy = tenancy or CorpusTenancy()
 
     def retrieve(
@@ -368,7 +368,7 @@ class PolicyEnforcementPoint:
         return pdp.decide(request)
 
 
-def _has_memory(audit: KnowledgeStore, tenant: str, request_id: str) -> bool:
+def _has_memory(audit: RequestLog, tenant: str, request_id: str) -> bool:
     """Whether ``request_id`` already recorded a session-memory pack (once per request)."""
     packs = events_of(ContextPackEvent, audit.audit_events(tenant, request_id=request_id))
     return any(p.origin == ChunkOrigin.SESSION_MEMORY.value for p in packs)

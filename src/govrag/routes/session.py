@@ -25,7 +25,7 @@ from govrag.errors import InputError, NotFoundError, UnknownRouteError
 from govrag.routes.config import DeploymentConfig
 from govrag.routes.models import Route
 from govrag.store.clock import iso, now_iso
-from govrag.store.protocol import KnowledgeStore
+from govrag.store.protocol import SessionRecords
 from govrag.store.sessions import SessionRow
 from govrag.types import CorpusTenancy, Principal, Retrieval
 
@@ -91,7 +91,7 @@ class Sessions:
 
     def __init__(
         self,
-        store: KnowledgeStore,
+        store: SessionRecords,
         config: DeploymentConfig,
         *,
         default_route: str | None = None,

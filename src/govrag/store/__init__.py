@@ -9,11 +9,16 @@ from govrag.errors import ConfigError
 from govrag.settings import Settings
 from govrag.store.protocol import (
     AccessLedger,
+    AuditChains,
     AuditLog,
+    AuditReader,
     AuditWriter,
     GovernedReads,
     IngestWrites,
     KnowledgeStore,
+    MarkerLedger,
+    RequestLog,
+    SessionRecords,
     SessionStore,
     StoreAdmin,
 )
@@ -23,12 +28,17 @@ from govrag.store_url import parse_store_url, redact, scrub
 
 __all__ = [
     "AccessLedger",
+    "AuditChains",
     "AuditLog",
+    "AuditReader",
     "AuditWriter",
     "GovernedReads",
     "IngestWrites",
     "KnowledgeStore",
+    "MarkerLedger",
+    "RequestLog",
     "SQLiteStore",
+    "SessionRecords",
     "SessionStore",
     "StoreAdmin",
     "location_problems",

@@ -100,14 +100,29 @@ class AuditWriter(Protocol):
     ) -> AuditEvent: ...
 
 
-class AuditLog(AuditWriter, Protocol):
-    """The audit log: append-only, hash-chained per tenant; what verify and replay read."""
+class AuditReader(Protocol):
+    """What replay and the escalation queue read: a tenant's events, or one request's."""
 
     def audit_events(self, tenant: str, *, request_id: str | None = None) -> list[AuditEvent]: ...
-    def audit_session_pinned(self, tenant: str, session_id: str) -> AuditEvent | None: ...
-    def verify_audit(self, tenant: str) -> ChainReport: ...
+
+
+class RequestLog(AuditWriter, AuditReader, Protocol):
+    """The PEP's: it records decisions and packs, and reads back its own request's events
+    (a request's session memory joins once)."""
+
+
+class AuditChains(Protocol):
+    """What the audit anchor verifies and signs: each tenant's chain, whole."""
+
     def audit_chain(self, tenant: str) -> AuditChain: ...
     def audit_tenants(self) -> list[str]: ...
+
+
+class AuditLog(RequestLog, AuditChains, Protocol):
+    """The audit log: append-only, hash-chained per tenant; what verify and replay read."""
+
+    def audit_session_pinned(self, tenant: str, session_id: str) -> AuditEvent | None: ...
+    def verify_audit(self, tenant: str) -> ChainReport: ...
     def observe_audit(self, observer: AuditObserver) -> None: ...
 
 
@@ -118,6 +133,18 @@ class SessionStore(Protocol):
         self, tenant: str, session_id: str, pin: PinRecord, *, request_id: str
     ) -> tuple[SessionRow, AuditEvent]: ...
     def get_session(self, tenant: str, session_id: str) -> SessionRow | None: ...
+
+
+class SessionRecords(SessionStore, AuditWriter, Protocol):
+    """The session manager's: sessions, and the audit events of resuming one."""
+
+
+class MarkerLedger(AuditWriter, Protocol):
+    """The hidden-item marker gate's: the marker budget, and the audit event of each marker."""
+
+    def consume_marker(
+        self, tenant: str, email: str, *, window: int, budget: int
+    ) -> int | None: ...
 
 
 class AccessLedger(Protocol):
