@@ -93,10 +93,12 @@ def _time(
         t0 = time.perf_counter()
         dep.store.search(who, request)
         t1 = time.perf_counter()
-        fresh = app.search(who, query, strategy=strategy, top_k=10)
+        fresh = app.callers.search(who, query, strategy=strategy, top_k=10)
         t2 = time.perf_counter()
         sessions.setdefault(probe.name, fresh.session_id)
-        later = app.search(who, query, strategy=strategy, top_k=10, session=sessions[probe.name])
+        later = app.callers.search(
+            who, query, strategy=strategy, top_k=10, session=sessions[probe.name]
+        )
         t3 = time.perf_counter()
         readable = {h.chunk_id for h in pool.results}
         if not {c.chunk_id for c in fresh.results} <= readable or [

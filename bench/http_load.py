@@ -207,8 +207,8 @@ def _in_process(app: govrag.Govrag, principals: list[Principal]) -> Callable[[in
             who = principals[request.probe]
             if request.kind == "retrieve":
                 arguments = {"query": request.query, "corpus": synthetic.CORPUS}
-                return app.retrieve(who, TOOL, arguments).as_dict()
-            return app.ask(who, request.query).as_dict()
+                return app.callers.retrieve(who, TOOL, arguments).as_dict()
+            return app.callers.ask(who, request.query).as_dict()
 
         return call
 
@@ -328,7 +328,7 @@ def run(
         opened: list[httpx.Client] = []
         with govrag.open(dep, auth={"dev_tokens": True}) as app:
             principals = [govrag.local_principal(app.settings, p.name) for p in corpus.probes]
-            tokens = [app.dev_token(p.name) for p in corpus.probes]
+            tokens = [app.operators.dev_token(p.name) for p in corpus.probes]
             paths = {"in_process": _in_process(app, principals)}
             try:
                 with serve(dep, Path(tmp) / "serve.log", workers=workers) as url:

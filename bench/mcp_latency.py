@@ -65,7 +65,7 @@ def _in_process(app: govrag.Govrag, principals: list[Any]) -> Call:
     from govrag.server.responses import Searched
 
     async def call(probe: int, tool: str, query: str) -> dict[str, Any]:
-        outcome = app.call_tool(principals[probe], tool, arguments(tool, query))
+        outcome = app.callers.call_tool(principals[probe], tool, arguments(tool, query))
         assert isinstance(outcome, govrag.app.GovernedResult)
         # The structured content an MCP client gets, so the work compared is the same.
         return Searched.of(outcome).model_dump(mode="json")
@@ -148,7 +148,7 @@ def run(n_docs: int, calls: int, rounds: int, seed: int, out_dir: Path, say: Any
             serve(dep, Path(tmp) / "mcp.log", ("mcp", "--transport", "http")) as url,
         ):
             principals = [govrag.local_principal(app.settings, name) for name in names]
-            tokens = [app.dev_token(name) for name in names]
+            tokens = [app.operators.dev_token(name) for name in names]
 
             async def main() -> None:
                 async with AsyncExitStack() as stack:

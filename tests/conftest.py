@@ -312,7 +312,7 @@ def wire_bank(root: Path, *, routes: dict[str, dict[str, Any]], toml: str = "",
     feed = root / "feed.jsonl"
     feed.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with govrag.open(root) as app:
-        assert app.ingest(feed).ok
+        assert app.operators.ingest(feed).ok
     return root
 
 
@@ -329,7 +329,7 @@ def _built_demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("demo-built") / "demo"
     create(root)
     with govrag.open(root) as app, bundled_corpus() as corpus:
-        assert app.ingest(corpus, tenant=TENANT).ok
+        assert app.operators.ingest(corpus, tenant=TENANT).ok
     return root
 
 

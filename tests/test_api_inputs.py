@@ -14,18 +14,20 @@ import govrag
 
 BAD = {"surrogate": "ses-\udc80", "nul": "ses-\x00"}
 CALLS: dict[str, Callable[[govrag.Govrag, govrag.Principal, str], Any]] = {
-    "search.session": lambda app, p, v: app.search(p, "wire", session=v),
-    "search.route": lambda app, p, v: app.search(p, "wire", route=v),
-    "ask.session": lambda app, p, v: app.ask(p, "wire?", session=v),
-    "open_session.intent": lambda app, p, v: app.open_session(p, intent=v),
-    "session": lambda app, p, v: app.session(p, v),
-    "retrieve.tool": lambda app, p, v: app.retrieve(p, v, {"query": "q", "corpus": "policy"}),
-    "corpora.session": lambda app, p, v: app.corpora(p, session=v),
-    "document.external_id": lambda app, p, v: app.document(p, "sp", v),
-    "click.source_system": lambda app, p, v: app.click(p, v, "doc"),
-    "remember.session": lambda app, p, v: app.remember(p, v, None),  # type: ignore[arg-type]
-    "examiner_replay": lambda app, p, v: app.examiner_replay(p, v),
-    "replay": lambda app, p, v: app.replay(v),
+    "search.session": lambda app, p, v: app.callers.search(p, "wire", session=v),
+    "search.route": lambda app, p, v: app.callers.search(p, "wire", route=v),
+    "ask.session": lambda app, p, v: app.callers.ask(p, "wire?", session=v),
+    "open_session.intent": lambda app, p, v: app.callers.open_session(p, intent=v),
+    "session": lambda app, p, v: app.callers.session(p, v),
+    "retrieve.tool": lambda app, p, v: app.callers.retrieve(
+        p, v, {"query": "q", "corpus": "policy"}
+    ),
+    "corpora.session": lambda app, p, v: app.callers.corpora(p, session=v),
+    "document.external_id": lambda app, p, v: app.callers.document(p, "sp", v),
+    "click.source_system": lambda app, p, v: app.callers.click(p, v, "doc"),
+    "remember.session": lambda app, p, v: app.callers.remember(p, v, None),  # type: ignore[arg-type]
+    "examiner_replay": lambda app, p, v: app.examiners.replay(p, v),
+    "replay": lambda app, p, v: app.operators.replay(v),
 }
 
 

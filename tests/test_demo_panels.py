@@ -12,7 +12,7 @@ import pytest
 
 import govrag
 from govrag.agent.answer import Answer
-from govrag.app.api import local_principal
+from govrag.app import local_principal
 from govrag.demo import DemoQuestion, questions
 
 
@@ -100,4 +100,4 @@ def test_the_panel_shows_what_its_title_says(
     q: DemoQuestion = questions()[index]
     with govrag.open(semantic_demo) as app:
         caller = local_principal(app.settings, q.sub)
-        check(app.ask(caller, q.question, route=q.route_id, text=q.text))
+        check(app.callers.ask(caller, q.question, route=q.route_id, text=q.text))

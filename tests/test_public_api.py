@@ -17,22 +17,25 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: Changing this list is changing the public API: do it on purpose, with the docs.
 PUBLIC = {
-    "AdmissionGate", "AdmissionResult", "Answer", "AuthError", "Citation", "Classification",
-    "ConfigCheck",
-    "ConfigError", "GovernedResult", "Govrag", "GovragError", "HiddenMarker", "IngestError",
-    "IngestOutcome", "InputError", "LlmError", "MetadataFilter", "MissingExtraError",
-    "NotFoundError", "Principal", "Replay", "RetrievalScope", "SearchHit", "SearchRequest",
-    "SearchResult", "SessionInfo", "SourceStatus", "StoreError", "Strategy", "VerifiedToken",
-    "WriteBackCandidate",
+    "AdmissionGate", "AdmissionResult", "Answer", "AuthError", "Callers", "Citation",
+    "Classification", "ConfigCheck", "ConfigError", "Examiners", "GovernedResult", "Govrag",
+    "GovragError", "HiddenMarker", "IngestError", "IngestOutcome", "InputError", "LlmError",
+    "MetadataFilter", "MissingExtraError", "NotFoundError", "Operators", "Principal", "Replay",
+    "RetrievalScope", "SearchHit", "SearchRequest", "SearchResult", "SessionInfo",
+    "SourceStatus", "StoreError", "Strategy", "VerifiedToken", "WriteBackCandidate",
     "__version__", "evaluate_beir", "init", "local_principal", "open",
 }  # fmt: skip
 
-#: The use cases every edge (CLI, HTTP, MCP) adapts.
-USE_CASES = {
-    "ingest", "sources", "search", "ask", "open_session", "session", "click",
-    "writeback_admit", "replay", "audit_verify", "audit_checkpoint", "audit_keygen", "curate",
-    "index_verify", "index_rebuild", "config_check", "evaluate_beir", "verify_token",
-    "dev_token",
+#: The use cases every edge (CLI, HTTP, MCP) adapts, by the audience each serves.
+CALLERS = {
+    "search", "ask", "open_session", "session", "retrieve", "corpora", "document",
+    "offered_tools", "call_tool", "click", "writeback_admit", "remember", "verify_token",
+}  # fmt: skip
+EXAMINERS = {"replay", "audit_verify"}
+OPERATORS = {
+    "ingest", "sources", "replay", "escalations", "audit_verify", "audit_checkpoint",
+    "audit_keygen", "audit_rotate_key", "readiness", "curate", "index_verify", "index_rebuild",
+    "observe_audit", "config_check", "evaluate_beir", "evaluate_suite", "dev_token", "settings",
 }  # fmt: skip
 
 
@@ -47,11 +50,21 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
         _ = govrag.no_such_thing  # type: ignore[attr-defined]
 
 
-def test_the_application_object_offers_the_use_cases() -> None:
-    public = {n for n in dir(govrag.Govrag) if not n.startswith("_")}
-    assert public >= USE_CASES
+def _public(cls: type) -> set[str]:
+    return {n for n in dir(cls) if not n.startswith("_")}
+
+
+def test_each_audience_gets_its_own_object_with_only_its_use_cases() -> None:
+    assert _public(govrag.Govrag) == {"settings", "callers", "examiners", "operators", "close"}
+    assert _public(govrag.Callers) == CALLERS
+    assert _public(govrag.Examiners) == EXAMINERS
+    assert _public(govrag.Operators) == OPERATORS
+    # A caller's object reads no audit log: no replay, principal-free or not.
+    assert not _public(govrag.Callers) & (OPERATORS | EXAMINERS)
     # Nothing that hands out the wiring (store, gateway, PEP) to bypass the use cases.
-    assert not public & {"store", "gateway", "pep", "deployment", "orchestrator", "governed"}
+    wiring = {"store", "gateway", "pep", "deployment", "orchestrator", "governed"}
+    for cls in (govrag.Govrag, govrag.Callers, govrag.Examiners, govrag.Operators):
+        assert not _public(cls) & wiring, cls
 
 
 def test_import_govrag_loads_no_heavy_module() -> None:
@@ -91,7 +104,7 @@ def test_open_with_ready_settings_refuses_overrides(tmp_path: Path) -> None:
     settings = load_settings(tmp_path)
     with govrag.open(settings) as app:
         assert app.settings is settings
-        assert app.config_check().ok
+        assert app.operators.config_check().ok
     with pytest.raises(TypeError, match="overrides"):
         govrag.open(settings, default_tenant="x")
 
@@ -101,4 +114,4 @@ def test_an_empty_corpus_list_is_refused_not_widened(tmp_path: Path) -> None:
     ana = govrag.Principal(sub="ana", email="ana@bank.example", tenant="bank",
                            doc_entitlements=("policies:read",))  # fmt: skip
     with govrag.open(tmp_path) as app, pytest.raises(govrag.InputError, match="corpora is empty"):
-        app.search(ana, "wire limit", corpora=[])
+        app.callers.search(ana, "wire limit", corpora=[])

@@ -40,10 +40,10 @@ def deployment(tmp_path: Path) -> Path:
 def test_a_failed_validation_is_escalated_on_a_route_that_says_so(deployment: Path) -> None:
     with govrag.open(deployment) as app:
         ana = local_principal(app.settings, "ana")
-        escalated = app.ask(ana, QUESTION, route="search")
-        kept = app.ask(ana, QUESTION, route="plain")
-        replayed = app.replay(escalated.request_id).as_dict()
-        listed = app.escalations()
+        escalated = app.callers.ask(ana, QUESTION, route="search")
+        kept = app.callers.ask(ana, QUESTION, route="plain")
+        replayed = app.operators.replay(escalated.request_id).as_dict()
+        listed = app.operators.escalations()
     assert (escalated.abstained, escalated.reason) == (True, "escalated")
     assert "passed on" in escalated.answer and "50,000" not in escalated.answer
     assert escalated.trace["escalation"] == {"queue": "policy-review", "reason": "thin_evidence"}
@@ -57,7 +57,7 @@ def test_a_failed_validation_is_escalated_on_a_route_that_says_so(deployment: Pa
 
 def test_govrag_escalations_lists_them_by_queue(deployment: Path) -> None:
     with govrag.open(deployment) as app:
-        asked = app.ask(local_principal(app.settings, "ana"), QUESTION, route="search")
+        asked = app.callers.ask(local_principal(app.settings, "ana"), QUESTION, route="search")
     env = {**os.environ, "PYTHONPATH": SRC}
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:

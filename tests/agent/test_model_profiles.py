@@ -66,8 +66,8 @@ def test_an_undefined_profile_is_served_by_llm_and_config_check_says_so(
     deployment: Path,
 ) -> None:
     with govrag.open(deployment) as app:
-        answer = app.ask(local_principal(app.settings, "ana"), QUESTION, route="typo")
-        warned = [p for p in app.config_check().problems if p.field == "model_profile"]
+        answer = app.callers.ask(local_principal(app.settings, "ana"), QUESTION, route="typo")
+        warned = [p for p in app.operators.config_check().problems if p.field == "model_profile"]
     assert "model_profile" not in answer.trace and not answer.abstained
     assert len(warned) == 1 and warned[0].warning
     assert "'shrot', which [llm.profiles] does not define" in warned[0].message

@@ -229,7 +229,7 @@ def test_the_extractive_responder_fills_the_demo_memo(tmp_path: Path) -> None:
     root = tmp_path / "demo"
     demo.create(root, embedder="hash")
     with govrag.open(root) as app, demo.bundled_corpus() as corpus:
-        assert app.ingest(corpus, tenant=demo.TENANT).ok
+        assert app.operators.ingest(corpus, tenant=demo.TENANT).ok
     with Deployment.load(root) as dep:
         answer = dep.orchestrator.ask(
             dep.principal("counsel-044"),

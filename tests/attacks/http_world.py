@@ -139,8 +139,8 @@ def bank(
     os.environ[SECRET_ENV] = SECRET
     try:
         with govrag.open(root, **overrides) as app:
-            assert app.ingest(root / "bank.jsonl").ok
-            assert app.ingest(root / "other.jsonl", tenant="other").ok
+            assert app.operators.ingest(root / "bank.jsonl").ok
+            assert app.operators.ingest(root / "other.jsonl", tenant="other").ok
             yield app
     finally:
         if before is None:

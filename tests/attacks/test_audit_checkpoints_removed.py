@@ -35,13 +35,13 @@ def root(tmp_path: Path) -> Path:
     with govrag.open(tmp_path) as app:
         for _ in range(3):
             search(app)
-        report = app.audit_verify()
+        report = app.operators.audit_verify()
         assert report.ok and report.tenants[0].chain.events == 12
     return tmp_path
 
 
 def search(app: govrag.Govrag) -> None:
-    app.search(govrag.local_principal(app.settings, "ana"), "wire limit")
+    app.callers.search(govrag.local_principal(app.settings, "ana"), "wire limit")
 
 
 def cut(root: Path, seq: int) -> None:
@@ -54,7 +54,7 @@ def cut(root: Path, seq: int) -> None:
 
 
 def kinds(app: govrag.Govrag) -> list[str]:
-    return [f.kind for f in app.audit_verify().findings]
+    return [f.kind for f in app.operators.audit_verify().findings]
 
 
 def test_one_request_after_a_cut_and_a_wiped_folder_does_not_launder_the_cut(
@@ -68,7 +68,7 @@ def test_one_request_after_a_cut_and_a_wiped_folder_does_not_launder_the_cut(
         search(app)  # and a due point later, still not adopted
         assert kinds(app) == ["unanchored"]
         assert not (root / "audit-checkpoints").exists()
-        [finding] = app.audit_verify().findings
+        [finding] = app.operators.audit_verify().findings
         assert "14 audit events but no valid checkpoint" in finding.message
         assert "checkpoint history was removed" in finding.message
     # Said once, with the operator's way out.
@@ -77,10 +77,10 @@ def test_one_request_after_a_cut_and_a_wiped_folder_does_not_launder_the_cut(
     assert f"govrag audit checkpoint --tenant {TENANT}" in warning
     # The operator, having checked the log, signs it; from then on it is anchored again.
     with govrag.open(root) as app:
-        assert not app.audit_checkpoint().written  # not without naming it or --adopt
-        assert app.audit_checkpoint(adopt=True).written
+        assert not app.operators.audit_checkpoint().written  # not without naming it or --adopt
+        assert app.operators.audit_checkpoint(adopt=True).written
         search(app)
-        assert app.audit_verify().ok
+        assert app.operators.audit_verify().ok
 
 
 def test_a_folder_restored_empty_under_a_running_process_is_not_refilled(
@@ -108,8 +108,8 @@ def test_a_new_tenant_is_still_anchored_at_its_first_event(root: Path) -> None:
     with govrag.open(root) as app:
         other = govrag.Principal(sub="bo", email="bo@other.example", tenant="other",
                                  doc_entitlements=("policies:read",))  # fmt: skip
-        app.search(other, "wire limit")
-        report = app.audit_verify()
+        app.callers.search(other, "wire limit")
+        report = app.operators.audit_verify()
     by_tenant = {t.chain.tenant: t for t in report.tenants}
     assert by_tenant["other"].ok and by_tenant["other"].checkpoint is not None
     assert [f.kind for f in report.findings] == ["unanchored"]  # the bank, not anchored

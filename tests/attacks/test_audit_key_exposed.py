@@ -48,11 +48,11 @@ def test_a_key_others_can_read_signs_nothing(
     key = key_of(root)
     key.chmod(mode)
     with caplog.at_level(logging.ERROR, logger="govrag.audit"), govrag.open(root) as app:
-        app.search(govrag.local_principal(app.settings, "ana"), "wire limit")
-        report = app.audit_verify()
-        check = app.config_check()
+        app.callers.search(govrag.local_principal(app.settings, "ana"), "wire limit")
+        report = app.operators.audit_verify()
+        check = app.operators.config_check()
         with pytest.raises(ConfigError, match=rf"chmod 600 {key}"):
-            app.audit_checkpoint(adopt=True)
+            app.operators.audit_checkpoint(adopt=True)
     # The events are committed; no checkpoint was signed with the exposed key.
     [tenant] = report.tenants
     assert tenant.chain.broken is None and tenant.chain.events == 4
@@ -86,13 +86,13 @@ def test_once_fixed_the_next_due_point_signs_again(root: Path) -> None:
     key_of(root).chmod(0o644)
     with govrag.open(root) as app:
         ana = govrag.local_principal(app.settings, "ana")
-        app.search(ana, "wire limit")
+        app.callers.search(ana, "wire limit")
         assert checkpoint_files(root) == []
         key_of(root).chmod(0o600)
-        app.search(ana, "wire limit")
+        app.callers.search(ana, "wire limit")
         assert len(checkpoint_files(root)) == 1
         # Its first checkpoint signs a later head: this process saw the tenant's event 1.
-        assert app.audit_verify().ok
+        assert app.operators.audit_verify().ok
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX")
@@ -103,10 +103,10 @@ def test_a_key_that_is_no_regular_file_is_refused_not_waited_on(root: Path) -> N
     with pytest.raises(ConfigError, match="is not a regular file"):
         load_signing_key(key)
     with govrag.open(root) as app:
-        app.search(govrag.local_principal(app.settings, "ana"), "wire limit")
-        assert any(p.field == "audit.signing_key" for p in app.config_check().problems)
+        app.callers.search(govrag.local_principal(app.settings, "ana"), "wire limit")
+        assert any(p.field == "audit.signing_key" for p in app.operators.config_check().problems)
         with pytest.raises(ConfigError, match="is not a regular file"):
-            app.audit_verify()
+            app.operators.audit_verify()
     assert checkpoint_files(root) == []
 
 
@@ -118,5 +118,5 @@ def test_a_key_owned_by_another_user_is_refused(root: Path) -> None:
     with pytest.raises(ConfigError, match=r"owned by user id 4242.*chown 0"):
         load_signing_key(key)
     with govrag.open(root) as app:
-        app.search(govrag.local_principal(app.settings, "ana"), "wire limit")
+        app.callers.search(govrag.local_principal(app.settings, "ana"), "wire limit")
     assert checkpoint_files(root) == []

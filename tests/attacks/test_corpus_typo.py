@@ -37,12 +37,12 @@ def test_a_kept_corpus_under_a_misspelt_id_is_refused(make: MakeDeployment, miss
     # The restriction guards nothing, so the deployment does not serve until it is fixed.
     dep = make(corpora={misspelt: {"tenants": ["t1"]}})
     with pytest.raises(ConfigError, match=f"corpora.{misspelt}: no route's scope names"):
-        Govrag(dep).open_session(dep.principal("intruder"))
+        Govrag(dep).callers.open_session(dep.principal("intruder"))
 
 
 def test_a_description_under_an_unrouted_id_is_a_warning(make: MakeDeployment) -> None:
     dep = make(corpora={"hr_policies": {"description": "Leave rules"}})
-    problems = Govrag(dep).config_check().problems
+    problems = Govrag(dep).operators.config_check().problems
     # (Besides the warning every deployment without [auth] gets: it could not be served.)
     assert [(p.field, p.warning) for p in problems if p.field != "auth"] == [
         ("corpora.hr_policies", True)

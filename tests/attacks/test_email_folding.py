@@ -40,7 +40,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         feed = root / "strasse.jsonl"
         feed.write_text(records(ident("strasse@bank.example", "S-77"),
                                 doc("strasse-pay", SECRET_PAY, ["S-77"])))  # fmt: skip
-        assert world[0].ingest(feed).ok
+        assert world[0].operators.ingest(feed).ok
         yield world
 
 
@@ -68,7 +68,7 @@ def test_a_verified_token_for_a_folding_or_padded_address_reads_nothing(
     app, client, _ = world
     token = hs_token("ben", sub="mallory", email=email, email_verified=True)
     with pytest.raises(AuthError) as info:
-        app.verify_token(token)
+        app.callers.verify_token(token)
     assert str(info.value) == TOKEN_REFUSED and info.value.fault == "bad_claims"
     assert repr(email) in info.value.detail  # the log names the address
     assert found(client, token) == 401
@@ -94,7 +94,7 @@ def test_identity_records_with_such_addresses_are_refused_by_line(tmp_path: Path
     feed = root / "feed.jsonl"
     feed.write_text(records(*lines))
     with govrag.open(root) as app:
-        outcome = app.ingest(feed)
+        outcome = app.operators.ingest(feed)
         messages = outcome.report.messages
         assert outcome.report.errors == 3, messages
         assert messages[0].startswith(f"{feed}:2: ") and "field 'email'" in messages[0]

@@ -104,7 +104,7 @@ def test_govrag_eval_refuses_a_hostile_suite_promptly(root: Path, kind: str) -> 
     path = make(root, kind)
     try:
         with govrag.open(root) as app:
-            outcome = guarded(lambda: app.evaluate_suite(kind))
+            outcome = guarded(lambda: app.operators.evaluate_suite(kind))
     finally:
         release(path)
     assert isinstance(outcome, InputError), outcome
@@ -118,7 +118,7 @@ def test_config_check_names_every_hostile_suite(root: Path) -> None:
     paths = [make(root, kind) for kind in HOSTILE]
     try:
         with govrag.open(root) as app:
-            check = guarded(app.config_check)
+            check = guarded(app.operators.config_check)
     finally:
         for path in paths:
             release(path)
@@ -156,8 +156,8 @@ def test_a_suite_linked_within_the_deployment_still_loads(root: Path) -> None:
     (shared / "linked.jsonl").write_text(suite_text("linked"))
     (root / "evals" / "linked.jsonl").symlink_to(Path("..") / "shared" / "linked.jsonl")
     with govrag.open(root) as app:
-        assert not [p for p in app.config_check().problems if p.path.startswith("evals/")]
+        assert not [p for p in app.operators.config_check().problems if p.path.startswith("evals/")]
         try:
-            app.evaluate_suite("linked")
+            app.operators.evaluate_suite("linked")
         except GovragError as exc:  # the run itself may fail; reading the suite may not
             assert "cannot read eval suite" not in str(exc)

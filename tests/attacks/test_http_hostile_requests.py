@@ -66,12 +66,12 @@ def test_a_refused_deep_proposal_is_on_the_audit_record(
     world: tuple[govrag.Govrag, httpx.Client, rsa.RSAPrivateKey],
 ) -> None:
     app, _, key = world
-    ana = app.verify_token(token(key, "ana")).principal
+    ana = app.callers.verify_token(token(key, "ana")).principal
     deep: list[object] = []
     for _ in range(500):
         deep = [deep]
     with pytest.raises(govrag.InputError, match="nested deeper"):
-        app.retrieve(ana, "retrieve_documents", {"query": "wire", "corpus": deep})
+        app.callers.retrieve(ana, "retrieve_documents", {"query": "wire", "corpus": deep})
     # The refusal is the tenant's last proposal, the deep value summarised: a digest an
     # examiner can match against the value, never the value itself.
     proposals = [e.payload for e in app._dep.store.audit_events(ana.tenant)
@@ -119,7 +119,7 @@ def test_a_click_outside_the_routes_scope_is_the_404_of_an_absent_document(
     # ana is entitled to hr and on the document's access list, but her route is policy/fresh.
     feed = tmp_path / "hr.jsonl"
     feed.write_text(records(doc("hr-bonus", "HR bonus memo.", ["S-1"], corpus="hr")))
-    assert app.ingest(feed).ok
+    assert app.operators.ingest(feed).ok
     ana = bearer(token(key, "ana"))
     outside = client.post("/v1/click", json={"source_system": "sp", "external_id": "hr-bonus"},
                           headers=ana)  # fmt: skip

@@ -236,7 +236,7 @@ class World:
     def principal(self, sub: str) -> tuple[str, Principal]:
         """A token of ``sub`` made now, and the principal the deployment verifies it as."""
         signed = token(self.key, sub)
-        return signed, self.app.verify_token(signed).principal
+        return signed, self.app.callers.verify_token(signed).principal
 
 
 @pytest.fixture(scope="module")
@@ -304,25 +304,25 @@ def in_process(world: World, principal: Principal, case: Case, args: dict[str, A
     try:
         if case.op == "search":
             filters = [MetadataFilter.model_validate(f) for f in args.pop("filters", [])]
-            return 200, plain(app.search(principal, filters=filters, **args))
+            return 200, plain(app.callers.search(principal, filters=filters, **args))
         if case.op == "retrieve":
-            return 200, plain(app.retrieve(principal, args.pop("tool"), args.pop("arguments"),
-                                           **args))  # fmt: skip
+            return 200, plain(app.callers.retrieve(principal, args.pop("tool"),
+                                                   args.pop("arguments"), **args))  # fmt: skip
         if case.op == "ask":
-            return 200, plain(app.ask(principal, **args))
+            return 200, plain(app.callers.ask(principal, **args))
         if case.op == "corpora":
-            return 200, plain(asdict(app.corpora(principal, **args)))
+            return 200, plain(asdict(app.callers.corpora(principal, **args)))
         if case.op == "document":
-            return 200, plain(app.document(principal, **args))
+            return 200, plain(app.callers.document(principal, **args))
         if case.op == "click":
-            app.click(principal, **args)
+            app.callers.click(principal, **args)
             return 204, None
         if case.op == "session":
-            return 200, plain(app.session(principal, args["session"]))
+            return 200, plain(app.callers.session(principal, args["session"]))
         if case.op == "remember":
             body = memory(args["session"])
             session = body.pop("session")
-            result = app.remember(principal, session, Memory(**{
+            result = app.callers.remember(principal, session, Memory(**{
                 **body, "gate": AdmissionGate(body["gate"]),
                 "expires_at": datetime.fromisoformat(body["expires_at"])}))  # fmt: skip
             return 200, {"admitted": result.admitted, "id": result.id,
@@ -400,7 +400,7 @@ def run(world: World, case: Case, via: str) -> tuple[int, Any]:
     ids: dict[str, str] = {}
     if args.get("session") == "<ana>":
         _, ana = world.principal("ana")
-        args["session"] = world.app.open_session(ana).session_id
+        args["session"] = world.app.callers.open_session(ana).session_id
         ids[args["session"]] = "<ana's session>"
     if via == "http":
         status, body = over_http(world, signed, case, args)

@@ -296,7 +296,7 @@ def test_a_right_revoked_after_the_token_was_issued_is_gone_for_that_token(
     app, client, key = world
     feed = tmp_path / "bonus.jsonl"
     feed.write_text(records(doc("bonus-plan", BONUS, ["S-1"])))
-    assert app.ingest(feed).ok
+    assert app.operators.ingest(feed).ok
     ana = bearer(token(key, "ana"))  # issued while she may read it; kept for the whole test
     question = {"question": "What does the 2026 bonus plan pay the corporate desk?"}
     search = {"query": "2026 bonus plan"}
@@ -340,7 +340,7 @@ def test_a_right_revoked_after_the_token_was_issued_is_gone_for_that_token(
     assert sees() == dict.fromkeys(uses, True)
     # The source revokes her right: the record comes again with ben in the list, not ana.
     feed.write_text(records(doc("bonus-plan", BONUS, ["S-2"])))
-    assert app.ingest(feed).ok
+    assert app.operators.ingest(feed).ok
     assert sees() == dict.fromkeys(uses, False)
     gone = client.get("/v1/documents/sp/bonus-plan", headers=ana)
     absent = client.get("/v1/documents/sp/never-was", headers=ana)

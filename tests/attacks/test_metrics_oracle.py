@@ -52,7 +52,7 @@ def open_world(root: Path, *, hidden: bool) -> govrag.Govrag:
         feed.write_text("".join(f"{line}\n" for line in kept))
     opened = govrag.open(root, auth={"dev_tokens": True, "tenants": ["bank"]},
                          search={"marker_budget": 1}, server=UNLIMITED)  # fmt: skip
-    assert opened.ingest(feed).ok
+    assert opened.operators.ingest(feed).ok
     return opened
 
 

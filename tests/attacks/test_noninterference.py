@@ -273,8 +273,10 @@ def observe_documents(app: Govrag, principal: Principal, exts: list[str]) -> lis
     either world, and one of neither)."""
     seen = []
     for ext in exts:
-        described = _outcome(partial(lambda e: app.document(principal, "sp", e).as_dict(), ext))
-        seen.append((described, _outcome(partial(app.click, principal, "sp", ext))))
+        described = _outcome(
+            partial(lambda e: app.callers.document(principal, "sp", e).as_dict(), ext)
+        )
+        seen.append((described, _outcome(partial(app.callers.click, principal, "sp", ext))))
     return seen
 
 
@@ -304,7 +306,7 @@ def check(scenario: Scenario, open_world: Callable[[str, int], Any]) -> str:
         with open_world(name, scenario.budget) as dep:
             metrics = Metrics(lambda: 0.0)
             app = Govrag(dep)
-            app.observe_audit(metrics.observe)
+            app.operators.observe_audit(metrics.observe)
             for tenant, tenant_records in records.items():
                 load(dep.store, tenant_records, tenant)
             budgeted = scenario.budget == SMALL_BUDGET

@@ -56,9 +56,9 @@ def test_the_application_echoes_a_bounded_escaped_id(
     app, _, _ = world
     examiner = Principal(sub="eve", email="eve@bank.example", tenant="bank", roles=("examiner",))
     other = Principal(sub="ana", email="ana@bank.example", tenant="bank")
-    for call in (lambda: app.replay(request_id, tenant="bank"),
-                 lambda: app.examiner_replay(examiner, request_id),
-                 lambda: app.examiner_replay(other, request_id)):  # fmt: skip
+    for call in (lambda: app.operators.replay(request_id, tenant="bank"),
+                 lambda: app.examiners.replay(examiner, request_id),
+                 lambda: app.examiners.replay(other, request_id)):  # fmt: skip
         with pytest.raises(NotFoundError) as info:
             call()
         check(str(info.value), request_id)

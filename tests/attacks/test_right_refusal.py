@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import govrag
-from govrag.app.api import local_principal
+from govrag.app import local_principal
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,7 @@ def demo(semantic_demo: Path) -> Path:
 def test_a_refused_corpus_is_named_not_replaced_by_a_quote(demo: Path, question: str) -> None:
     with govrag.open(demo) as app:
         officer = local_principal(app.settings, "officer-123")
-        answer = app.ask(officer, question, route="investigation")
+        answer = app.callers.ask(officer, question, route="investigation")
     assert answer.abstained and answer.reason == "denied"
     assert answer.citations == ()
     assert "hr-policies" in answer.answer
@@ -44,8 +44,9 @@ def test_an_unanswerable_question_is_an_abstention_not_a_deny(demo: Path) -> Non
     no corpus, and the HR handbook is not where it would be."""
     with govrag.open(demo) as app:
         officer = local_principal(app.settings, "officer-123")
-        answer = app.ask(officer, "What is our policy on cryptocurrency custody for clients?",
-                         route="investigation")  # fmt: skip
+        answer = app.callers.ask(
+            officer, "What is our policy on cryptocurrency custody for clients?",
+            route="investigation")  # fmt: skip
     assert answer.abstained and answer.reason != "denied" and answer.citations == ()
 
 
@@ -53,8 +54,9 @@ def test_an_unanswerable_question_is_an_abstention_not_a_deny(demo: Path) -> Non
 def test_an_under_cleared_caller_gets_no_memo(demo: Path, sub: str) -> None:
     with govrag.open(demo) as app:
         caller = local_principal(app.settings, sub)
-        answer = app.ask(caller, "Review the limitation of liability clause of the Acme MSA",
-                         route="msa_risk_review")  # fmt: skip
+        answer = app.callers.ask(
+            caller, "Review the limitation of liability clause of the Acme MSA",
+            route="msa_risk_review")  # fmt: skip
     assert answer.abstained and answer.reason == "denied"
     assert answer.structured is None and answer.citations == () and answer.packs == ()
     assert "risk" not in answer.answer and "findings" not in answer.answer

@@ -81,17 +81,17 @@ def ana() -> Principal:
 
 
 def texts(app: govrag.Govrag) -> list[str]:
-    found = app.search(ana(), "staff travel allowance per night")
+    found = app.callers.search(ana(), "staff travel allowance per night")
     return sorted(c.text for c in found.results)
 
 
 def test_a_source_cannot_take_over_anothers_group_or_document(dep: govrag.Govrag) -> None:
-    hr = dep.ingest("hr")
+    hr = dep.operators.ingest("hr")
     assert hr.ok, hr.report.messages
     assert texts(dep) == [HR_POLICY]
     # A dry run of Legal predicts the refusals below, and changes nothing.
-    predicted = dep.ingest("legal", dry_run=True).report.messages
-    legal = dep.ingest("legal")
+    predicted = dep.operators.ingest("legal", dry_run=True).report.messages
+    legal = dep.operators.ingest("legal")
     assert [m.split(": ", 1)[1] for m in predicted] == [
         m.split(": ", 1)[1] for m in legal.report.messages
     ]
@@ -106,18 +106,18 @@ def test_a_source_cannot_take_over_anothers_group_or_document(dep: govrag.Govrag
     assert texts(dep) == [HR_POLICY]
     # Legal's folder drops policy.md: nothing of HR's is deleted.
     (Path(dep.settings.deployment) / "legal" / "policy.md").unlink()
-    dep.ingest("legal")
+    dep.operators.ingest("legal")
     assert texts(dep) == [HR_POLICY]
 
 
 def test_a_jsonl_source_cannot_delete_or_regroup_anothers(dep: govrag.Govrag) -> None:
-    assert dep.ingest("hr").ok
+    assert dep.operators.ingest("hr").ok
     export = Path(dep.settings.deployment) / "export.jsonl"
     export.write_text(lines(
         {"type": "group", "source_system": "sharepoint", "group_id": "G-staff", "members": []},
         {"type": "delete", "source_system": "sharepoint", "external_id": "policy.md"},
     ))  # fmt: skip
-    outcome = dep.ingest("export")
+    outcome = dep.operators.ingest("export")
     messages = outcome.report.messages
     assert len(messages) == 2 and outcome.report.errors == 2, messages
     assert messages[0].startswith(f"{export}:1: ") and "group 'G-staff'" in messages[0]
@@ -135,16 +135,16 @@ def test_the_operators_feed_may_correct_and_a_free_group_is_claimed(dep: govrag.
         {"type": "group", "source_system": "sharepoint", "group_id": "G-staff",
          "members": ["S-old"]},
     ))  # fmt: skip
-    assert dep.ingest(feed).ok
-    assert dep.ingest("hr").ok  # claims G-staff: ana reads HR's policy
+    assert dep.operators.ingest(feed).ok
+    assert dep.operators.ingest("hr").ok  # claims G-staff: ana reads HR's policy
     assert texts(dep) == [HR_POLICY]
-    assert not dep.ingest("legal").ok  # G-staff and policy.md are HR's now
+    assert not dep.operators.ingest("legal").ok  # G-staff and policy.md are HR's now
     # The feed may still correct HR's group (it is the operator's); HR keeps owning it.
     feed.write_text(lines(
         {"type": "group", "source_system": "sharepoint", "group_id": "G-staff", "members": []},
     ))  # fmt: skip
-    assert dep.ingest(feed).ok
+    assert dep.operators.ingest(feed).ok
     assert texts(dep) == []
     (root / "hr" / "policy.md").write_text(HR_POLICY + " Updated.")
-    assert dep.ingest("hr").ok  # re-lists S-ana in its own group
+    assert dep.operators.ingest("hr").ok  # re-lists S-ana in its own group
     assert texts(dep) == [HR_POLICY + " Updated."]

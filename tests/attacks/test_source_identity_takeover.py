@@ -70,14 +70,14 @@ def dep(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[govrag.Govra
     if request.param == "postgres":
         overrides["store"] = pg_store_settings(request.getfixturevalue("pg_cluster"))
     with govrag.open(root, **overrides) as app:
-        assert app.ingest("hr").ok
+        assert app.operators.ingest("hr").ok
         yield app
 
 
 def texts(app: govrag.Govrag, email: str) -> list[str]:
     who = Principal(sub=email.split("@")[0], email=email, tenant="bank",
                     doc_entitlements=("policy:read",))  # fmt: skip
-    found = app.search(who, "staff travel allowance per night")
+    found = app.callers.search(who, "staff travel allowance per night")
     return sorted(c.text for c in found.results)
 
 
@@ -85,8 +85,8 @@ def export(app: govrag.Govrag, *records: dict[str, Any]) -> list[str]:
     """Write ``export.jsonl``, dry-run it, ingest it; the messages (the dry run's agree)."""
     path = Path(app.settings.deployment) / "export.jsonl"
     path.write_text(lines(*records))
-    predicted = app.ingest("export", dry_run=True).report.messages
-    messages = app.ingest("export").report.messages
+    predicted = app.operators.ingest("export", dry_run=True).report.messages
+    messages = app.operators.ingest("export").report.messages
     assert predicted == messages
     return messages
 
@@ -125,7 +125,7 @@ def test_a_source_manages_its_own_bindings_and_the_operators_feed_any(dep: govra
     # The operator's feed (a path, no configured source) may move HR's binding ...
     feed = Path(dep.settings.deployment) / "feed.jsonl"
     feed.write_text(lines(ident("ana.new@bank.example", "S-ana", previous_email=ANA)))
-    assert dep.ingest(feed).ok
+    assert dep.operators.ingest(feed).ok
     assert texts(dep, "ana.new@bank.example") == [HR_POLICY]
     # ... and HR still owns it: export may not move it on.
     messages = export(dep, ident(MALLORY, "S-ana", previous_email="ana.new@bank.example"))

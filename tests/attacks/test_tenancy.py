@@ -63,9 +63,9 @@ def test_a_corpus_kept_to_one_tenant_is_never_named_to_another(make: MakeDeploym
     intruder = dep.principal("intruder")
     app = Govrag(dep)
     # The pin: the route's scope as t2 has it.
-    pinned = app.open_session(intruder)
+    pinned = app.callers.open_session(intruder)
     assert pinned.scope == ("policy-engine",)
-    assert app.session(intruder, pinned.session_id).scope == ("policy-engine",)  # as stored
+    assert app.callers.session(intruder, pinned.session_id).scope == ("policy-engine",)  # as stored
     # Its search: one decision, on its own policy-engine.
     searched = dep.governed.search(intruder, "parental leave")
     assert _decided(searched) == [("policy-engine", "ALLOW", "allowed")]
@@ -100,10 +100,10 @@ def test_another_tenants_document_is_not_found_like_an_absent_one(make: MakeDepl
     messages = []
     for doc in ("wire-limits", "no-such-document"):  # t1's, and nobody's
         with pytest.raises(NotFoundError) as caught:
-            app.document(intruder, "sp", doc)
+            app.callers.document(intruder, "sp", doc)
         messages.append(str(caught.value).replace(doc, "X"))
     assert messages[0] == messages[1]
-    assert app.document(intruder, "sp", "t2-wire").document.external_id == "t2-wire"
+    assert app.callers.document(intruder, "sp", "t2-wire").document.external_id == "t2-wire"
 
 
 def test_ingest_refuses_a_document_its_tenant_could_never_search(
@@ -118,7 +118,7 @@ def test_ingest_refuses_a_document_its_tenant_could_never_search(
     fine = {**kept, "external_id": "t2-limits", "corpus": "policy-engine"}
     feed.write_text(json.dumps(kept) + "\n" + json.dumps(fine) + "\n")
     before = dep.store.stats("t2")["documents"]
-    outcome = app.ingest(feed, tenant="t2")
+    outcome = app.operators.ingest(feed, tenant="t2")
     assert not outcome.ok
     (message,) = outcome.report.messages
     assert message.startswith(f"{feed}:1: corpus 'hr-policies' is kept to other tenants")
@@ -126,4 +126,4 @@ def test_ingest_refuses_a_document_its_tenant_could_never_search(
     assert dep.store.stats("t2")["documents"] == before + 1  # the rest lands
     # t1 holds the corpus: the same line lands there.
     feed.write_text(json.dumps(kept) + "\n")
-    assert app.ingest(feed, tenant="t1").ok
+    assert app.operators.ingest(feed, tenant="t1").ok

@@ -51,11 +51,11 @@ def test_a_tool_bound_to_a_kept_corpus_is_not_offered_to_another_tenant(
     _bind(tmp_path)
     dep = make(corpora=KEPT)
     app = Govrag(dep)
-    assert app.config_check().ok  # a valid deployment: config check finds no error
+    assert app.operators.config_check().ok  # a valid deployment: config check finds no error
     intruder = dep.principal("intruder")
     # t1, which holds the corpus, is offered the tool; t2 must not be.
-    assert "search_leave_rules" in [t.name for t in app.offered_tools(dep.principal("hr"))]
-    offered = [t.name for t in app.offered_tools(intruder)]
+    assert "search_leave_rules" in [t.name for t in app.callers.offered_tools(dep.principal("hr"))]
+    offered = [t.name for t in app.callers.offered_tools(intruder)]
     assert "search_leave_rules" not in offered, offered
 
 
@@ -67,7 +67,7 @@ def test_calling_a_tool_bound_to_a_kept_corpus_names_no_corpus(
     app = Govrag(dep)
     intruder = dep.principal("intruder")
     try:
-        outcome = app.call_tool(intruder, "search_leave_rules", {"query": "parental leave"})
+        outcome = app.callers.call_tool(intruder, "search_leave_rules", {"query": "parental leave"})
     except Exception as exc:  # a refusal naming no corpus would do
         assert "hr-policies" not in str(exc)
         return

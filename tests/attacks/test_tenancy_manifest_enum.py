@@ -40,10 +40,10 @@ def test_the_mcp_tool_schemas_never_name_a_kept_corpus(
     (tmp_path / "dep" / "manifests" / "agent.json").write_text(json.dumps(manifest))
     dep = make(corpora=KEPT)
     app = Govrag(dep)
-    assert app.config_check().ok
+    assert app.operators.config_check().ok
     # What the MCP server's tools/list sends t2: name, description, input_schema.
     listed = [{"name": t.name, "description": t.description, "input_schema": t.parameters}
-              for t in app.offered_tools(dep.principal("intruder"))]  # fmt: skip
+              for t in app.callers.offered_tools(dep.principal("intruder"))]  # fmt: skip
     assert "hr-policies" not in json.dumps(listed), json.dumps(listed)
 
 
@@ -62,7 +62,7 @@ def test_naming_an_unknown_corpus_is_not_answered_with_the_kept_one(
     app = Govrag(dep)
     intruder = dep.principal("intruder")
     try:
-        outcome = app.retrieve(intruder, "retrieve_documents",
+        outcome = app.callers.retrieve(intruder, "retrieve_documents",
                                {"corpus": "no-such-corpus", "query": "leave"})  # fmt: skip
         shown = repr(outcome)
     except Exception as exc:

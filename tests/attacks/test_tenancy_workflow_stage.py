@@ -50,7 +50,7 @@ def test_a_stage_on_a_kept_corpus_leaves_no_trace_for_another_tenant(
     (root / "workflows" / "both.json").write_text(json.dumps(WORKFLOW))
     (root / "routes" / "routes.json").write_text(json.dumps([ROUTE]))
     dep = make(corpora=KEPT)
-    assert Govrag(dep).config_check().ok
+    assert Govrag(dep).operators.config_check().ok
     with_model(dep, Scripted(answer("Tenant two wire limit: EUR 1 per day. [sp:t2-wire#0]")))
     done = dep.orchestrator.ask(dep.principal("intruder"), "wire limit parental leave")
     shown = json.dumps(done.as_dict())

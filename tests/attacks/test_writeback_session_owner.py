@@ -77,21 +77,21 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
 def memory_seen(app: govrag.Govrag, session: str) -> list[str]:
     """The session-memory texts a keyword search in Ana's ``session`` returns to her."""
-    found = app.search(person("ana"), QUERY, session=session, strategy=Strategy.KEYWORD)
+    found = app.callers.search(person("ana"), QUERY, session=session, strategy=Strategy.KEYWORD)
     return [c.text for c in found.results if c.origin is ChunkOrigin.SESSION_MEMORY]
 
 
 def test_another_agent_cannot_write_into_anas_session(world: World) -> None:
     app, client, key = world
-    ana = app.open_session(person("ana")).session_id
-    ben = app.open_session(person("ben")).session_id
-    unknown = refusal(lambda: app.writeback_admit(candidate(UNKNOWN, "ben")), UNKNOWN)
+    ana = app.callers.open_session(person("ana")).session_id
+    ben = app.callers.open_session(person("ben")).session_id
+    unknown = refusal(lambda: app.callers.writeback_admit(candidate(UNKNOWN, "ben")), UNKNOWN)
 
     # Ben names himself the writer of memory for Ana's session: refused as an unknown session.
-    assert refusal(lambda: app.writeback_admit(candidate(ana, "ben")), ana) == unknown
+    assert refusal(lambda: app.callers.writeback_admit(candidate(ana, "ben")), ana) == unknown
     # As himself through remember, and over HTTP: the same one refusal.
-    assert refusal(lambda: app.remember(person("ben"), ana, memory()), ana) == refusal(
-        lambda: app.remember(person("ben"), UNKNOWN, memory()), UNKNOWN)  # fmt: skip
+    assert refusal(lambda: app.callers.remember(person("ben"), ana, memory()), ana) == refusal(
+        lambda: app.callers.remember(person("ben"), UNKNOWN, memory()), UNKNOWN)  # fmt: skip
     expires = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
     sent = {"session": ana, "source_turn_id": "t", "gate": "USER_CONFIRMED", "content": FORGED,
             "confidence": 0.9, "expires_at": expires}  # fmt: skip
@@ -102,8 +102,8 @@ def test_another_agent_cannot_write_into_anas_session(world: World) -> None:
     detail = theirs.json()["detail"].replace(ana, "S")
     assert detail == absent.json()["detail"].replace(UNKNOWN, "S")
     # Another tenant's agent naming Ana's tenant and session: the same.
-    assert refusal(lambda: app.remember(person("zed"), ana, memory()), ana) == refusal(
-        lambda: app.remember(person("zed"), UNKNOWN, memory()), UNKNOWN)  # fmt: skip
+    assert refusal(lambda: app.callers.remember(person("zed"), ana, memory()), ana) == refusal(
+        lambda: app.callers.remember(person("zed"), UNKNOWN, memory()), UNKNOWN)  # fmt: skip
 
     # A scope that reads as Ben's own session when checked, then as Ana's.
     class Shifty(RetrievalScope):
@@ -118,22 +118,28 @@ def test_another_agent_cannot_write_into_anas_session(world: World) -> None:
         def session(self, value: str) -> None:
             pass
 
-    shifty = app.writeback_admit(candidate(Shifty("bank", ana), "ben", FORGED + " (shifty)"))
+    shifty = app.callers.writeback_admit(
+        candidate(Shifty("bank", ana), "ben", FORGED + " (shifty)")
+    )
     assert memory_seen(app, ana) == []  # none of it reached Ana's session
     # Wherever the shifty memory went, it was Ben's own session or nowhere.
     if shifty.admitted:
         assert any("shifty" in t for t in memory_seen_as(app, "ben", ben))
 
     # Writers still write into their own sessions.
-    own = app.writeback_admit(candidate(ana, "ana", "Ana's own note on the corporate wire limit."))
+    own = app.callers.writeback_admit(
+        candidate(ana, "ana", "Ana's own note on the corporate wire limit.")
+    )
     assert own.admitted, own.reason
-    assert app.remember(person("ana"), ana, memory("Ana confirmed the wire limit note.")).admitted
+    assert app.callers.remember(
+        person("ana"), ana, memory("Ana confirmed the wire limit note.")
+    ).admitted
     assert all("9,000,000" not in t for t in memory_seen(app, ana))
     assert len(memory_seen(app, ana)) == 2
 
 
 def memory_seen_as(app: govrag.Govrag, sub: str, session: str) -> list[str]:
-    found = app.search(person(sub), QUERY, session=session, strategy=Strategy.KEYWORD)
+    found = app.callers.search(person(sub), QUERY, session=session, strategy=Strategy.KEYWORD)
     return [c.text for c in found.results if c.origin is ChunkOrigin.SESSION_MEMORY]
 
 
@@ -141,9 +147,9 @@ def test_memory_for_a_session_nobody_opened_is_refused(world: World) -> None:
     app, _, _ = world
     # It was kept before: unreachable by any retrieval, yet taking the tenant's room.
     with pytest.raises(NotFoundError, match="no session 'ses-ffffffffffffffff' for this"):
-        app.writeback_admit(candidate("ses-ffffffffffffffff", "ana"))
+        app.callers.writeback_admit(candidate("ses-ffffffffffffffff", "ana"))
     # The disabled-store answer, the gates and the allow-list still come from the store.
-    ana = app.open_session(person("ana")).session_id
+    ana = app.callers.open_session(person("ana")).session_id
     raw = candidate(ana, "ana")
     raw = WriteBackCandidate(**{**vars(raw), "gate": AdmissionGate.RAW_MODEL_OUTPUT})
-    assert app.writeback_admit(raw).reason.value == "raw_model_output"
+    assert app.callers.writeback_admit(raw).reason.value == "raw_model_output"

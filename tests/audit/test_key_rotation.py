@@ -34,7 +34,7 @@ def root(tmp_path: Path) -> Path:
 
 def search(app: govrag.Govrag, n: int = 1) -> None:
     for _ in range(n):
-        app.search(govrag.local_principal(app.settings, "ana"), "wire limit")
+        app.callers.search(govrag.local_principal(app.settings, "ana"), "wire limit")
 
 
 def signers(root: Path) -> list[str]:
@@ -50,11 +50,11 @@ def keyring(root: Path) -> Path:
 def test_old_checkpoints_verify_after_a_rotation(root: Path) -> None:
     with govrag.open(root) as app:
         search(app, 2)  # checkpoints at 1 and 5
-        old = app.audit_verify().key_id
-        rotation = app.audit_rotate_key()
+        old = app.operators.audit_verify().key_id
+        rotation = app.operators.audit_rotate_key()
         # The running process picks the new key up at its next due point, no restart.
         search(app, 2)  # checkpoints at 9 and 13
-        report = app.audit_verify()
+        report = app.operators.audit_verify()
     assert rotation.retired_key_id == old and rotation.key_id != old
     assert rotation.retired_public == keyring(root) / f"{old.split(':')[1]}.pub"
     assert signers(root) == [old, old, rotation.key_id, rotation.key_id]
@@ -70,10 +70,10 @@ def test_old_checkpoints_verify_after_a_rotation(root: Path) -> None:
 def test_a_retired_key_missing_from_the_keyring_is_named(root: Path) -> None:
     with govrag.open(root) as app:
         search(app)
-        rotation = app.audit_rotate_key()
+        rotation = app.operators.audit_rotate_key()
         search(app)
         rotation.retired_public.unlink()  # the keyring lost the retired key
-        report = app.audit_verify()
+        report = app.operators.audit_verify()
     [finding] = report.findings
     assert finding.kind == "checkpoint_invalid"
     assert f"signed by key {rotation.retired_key_id}, not by the configured key" in finding.message
@@ -85,14 +85,14 @@ def test_a_checkpoint_signed_by_a_key_outside_the_keyring_fails(root: Path) -> N
     signed by any other key (an attacker's) is still a finding naming its id."""
     with govrag.open(root) as app:
         search(app)
-        app.audit_rotate_key()
+        app.operators.audit_rotate_key()
         search(app)
-        head = app.audit_verify().tenants[0].head
+        head = app.operators.audit_verify().tenants[0].head
         assert head is not None
         stranger = Ed25519PrivateKey.generate()
         forged = Checkpoint.of(head, stranger, at=datetime.now(UTC))
         CheckpointDir(root / "audit-checkpoints").write(forged)
-        report = app.audit_verify()
+        report = app.operators.audit_verify()
     [finding] = report.findings
     assert finding.kind == "checkpoint_invalid"
     assert f"signed by key {key_id(stranger.public_key())}" in finding.message
@@ -103,29 +103,29 @@ def test_verify_keys_may_name_key_files_too(root: Path, tmp_path_factory: pytest
     """An examiner's keyring: the retired public key as a file named in verify_keys."""
     with govrag.open(root) as app:
         search(app)
-        rotation = app.audit_rotate_key()
+        rotation = app.operators.audit_rotate_key()
         search(app)
     elsewhere = tmp_path_factory.mktemp("examiner") / "old.pub"
     rotation.retired_public.rename(elsewhere)
     with govrag.open(root, audit={"verify_keys": [str(elsewhere)]}) as app:
-        assert app.audit_verify().ok
+        assert app.operators.audit_verify().ok
 
 
 def test_a_keyring_others_can_write_is_refused(root: Path) -> None:
     """Whoever can add a file to the keyring can make their own checkpoints verify."""
     with govrag.open(root) as app:
         search(app)
-        app.audit_rotate_key()
+        app.operators.audit_rotate_key()
         keyring(root).chmod(0o777)
         with pytest.raises(ConfigError, match=rf"verify_keys {keyring(root)} can be written by "
                            rf"other users .*chmod go-w {keyring(root)}"):  # fmt: skip
-            app.audit_verify()
-        assert any(p.field == "audit.verify_keys" for p in app.config_check().problems)
+            app.operators.audit_verify()
+        assert any(p.field == "audit.verify_keys" for p in app.operators.config_check().problems)
         keyring(root).chmod(0o700)
         [pub] = keyring(root).iterdir()
         pub.chmod(0o666)
         with pytest.raises(ConfigError, match="can be written by other users"):
-            app.audit_verify()
+            app.operators.audit_verify()
 
 
 def test_a_keyring_entry_that_is_no_key_is_refused(root: Path) -> None:
@@ -136,7 +136,7 @@ def test_a_keyring_entry_that_is_no_key_is_refused(root: Path) -> None:
         govrag.open(root) as app,
         pytest.raises(ConfigError, match=r"verify_keys .*junk.pub is not a PEM Ed25519 public key"),
     ):
-        app.audit_verify()
+        app.operators.audit_verify()
 
 
 def test_rotation_needs_a_keyring_folder(root: Path) -> None:
@@ -146,21 +146,21 @@ def test_rotation_needs_a_keyring_folder(root: Path) -> None:
         govrag.open(root, audit={"verify_keys": []}) as app,
         pytest.raises(ConfigError, match="verify_keys is empty"),
     ):
-        app.audit_rotate_key()
+        app.operators.audit_rotate_key()
     a_file = root / "keys" / "one.pub"
     a_file.write_bytes((root / "keys" / "audit-signing-key.pub").read_bytes())
     with (
         govrag.open(root, audit={"verify_keys": [str(a_file)]}) as app,
         pytest.raises(ConfigError, match="must be a folder"),
     ):
-        app.audit_rotate_key()
+        app.operators.audit_rotate_key()
     assert key.read_bytes() == before  # nothing was replaced
 
 
 def test_keygen_rotate_on_the_command_line(root: Path) -> None:
     with govrag.open(root) as app:
         search(app, 2)
-        old = app.audit_verify().key_id
+        old = app.operators.audit_verify().key_id
 
     def govrag_cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "govrag.cli", *args, "-d", str(root)],
@@ -173,7 +173,7 @@ def test_keygen_rotate_on_the_command_line(root: Path) -> None:
     assert f"retired key {old} is gone" in done.stderr and "audit-keyring" in done.stderr
     with govrag.open(root) as app:
         search(app)
-        report = app.audit_verify()
+        report = app.operators.audit_verify()
     assert report.ok and report.key_id != old
     assert signers(root) == [old, old, report.key_id]
     done = govrag_cli("audit", "verify")

@@ -35,7 +35,7 @@ def test_a_development_token_is_accepted_by_its_own_deployment(root: Path) -> No
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     with govrag.open(root, auth={"dev_tokens": True}) as app:
-        verified = app.verify_token(out["token"])
+        verified = app.callers.verify_token(out["token"])
     local = govrag.local_principal(app.settings, "ana")
     assert verified.principal == local.model_copy(update={"expires_at": verified.expires_at})
     assert verified.expires_at.isoformat() == out["expires_at"]
@@ -49,7 +49,7 @@ def test_with_development_tokens_off_nothing_is_signed(root: Path) -> None:
     assert done.returncode == 2 and done.stdout == ""
     assert "[auth] dev_tokens = true" in done.stderr and "Traceback" not in done.stderr
     with govrag.open(root) as app, pytest.raises(govrag.ConfigError, match="dev_tokens"):
-        app.dev_token("ana")
+        app.operators.dev_token("ana")
 
 
 def test_an_unknown_principal_is_named(root: Path) -> None:
@@ -68,26 +68,26 @@ def test_a_token_its_deployment_would_refuse_is_not_handed_out(root: Path) -> No
 
 def test_a_bearer_token_is_verified_by_the_api(root: Path) -> None:
     with govrag.open(root, auth={"dev_tokens": True}) as app:
-        token = app.dev_token("ana")
+        token = app.operators.dev_token("ana")
         with pytest.raises(govrag.AuthError) as info:
-            app.verify_token(token[:-4] + "AAAA")
+            app.callers.verify_token(token[:-4] + "AAAA")
         assert str(info.value) == "invalid or missing bearer token"
         with pytest.raises(govrag.AuthError):
-            app.verify_token(None)
+            app.callers.verify_token(None)
 
 
 def test_config_check_names_what_stops_token_verification(root: Path) -> None:
     with govrag.open(root) as app:
-        assert app.config_check().ok  # no [auth]: nothing to check
+        assert app.operators.config_check().ok  # no [auth]: nothing to check
     broken = {"issuer": "https://idp.example", "keys": [{"alg": "RS256", "public_key": "no.pem"}]}
     with govrag.open(root, auth=broken) as app:
-        check = app.config_check()
+        check = app.operators.config_check()
     assert not check.ok
     assert any(p.field == "auth" and "cannot read the public key" in p.message
                for p in check.problems)  # fmt: skip
     (root / "jwks.json").write_text('{"keys": []}')
     with govrag.open(root, auth={"issuer": "https://idp.example", "jwks_file": "jwks.json"}) as app:
-        check = app.config_check()
+        check = app.operators.config_check()
     assert [p.field for p in check.problems if not p.warning] == ["auth.jwks_file"]
     # A command that serves nobody is not stopped by a key it never uses.
     done = run(root, "search", "wire", "--as", "ana", "--strategy", "keyword",

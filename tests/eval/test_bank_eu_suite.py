@@ -124,7 +124,7 @@ def test_the_shipped_suite_holds_its_governance_figures(
     assert len(set(ids)) == len(ids) and all(i.startswith("req-") for i in ids)
     assert result["report_text"].startswith("# Eval suite `bank-eu`: ")
     with govrag.open(demo) as app:
-        replay = app.replay(ids[0], tenant=TENANT).as_dict()
+        replay = app.operators.replay(ids[0], tenant=TENANT).as_dict()
     assert replay["request_id"] == ids[0] and replay["chain_ok"]
 
 
@@ -157,7 +157,7 @@ def test_a_wrong_expectation_moves_the_figures_it_names(demo: Path) -> None:
             WIRE | {"id": "not-denied", "expect": "deny", "denied": ["policy-engine"]},
             thresholds={"*": {"abstention_recall": 1.0, "deny_correctness": 1.0}})  # fmt: skip
     with govrag.open(demo) as app:
-        report = app.evaluate_suite("planted")
+        report = app.operators.evaluate_suite("planted")
     assert report.overall.abstention_recall == 0.0 and report.overall.deny_correctness == 0.0
     assert report.failures == ("*: abstention_recall 0.000 < 1.0",
                                "*: deny_correctness 0.000 < 1.0")  # fmt: skip
@@ -190,4 +190,4 @@ def test_a_route_runs_the_suite_it_binds(demo: Path) -> None:
     unknown = cli(demo, "--route", "nope")
     assert unknown.returncode == 2 and "unknown route 'nope'" in unknown.stderr
     with govrag.open(demo) as app:
-        assert not [p for p in app.config_check().problems if p.field == "eval_suite_id"]
+        assert not [p for p in app.operators.config_check().problems if p.field == "eval_suite_id"]

@@ -86,10 +86,10 @@ def test_a_high_risk_tool_is_refused_below_the_clearance_and_the_record_says_why
     arguments = {"corpus": "policy", "query": "wire limit"}
     with govrag.open(deployment) as app:
         ana, cleo = (local_principal(app.settings, s) for s in ("ana", "cleo"))
-        low = app.retrieve(ana, "retrieve_documents", arguments)
-        high = app.retrieve(ana, "bulk_export", arguments)
-        cleared = app.retrieve(cleo, "bulk_export", arguments)
-        replayed = app.replay(high.request_id).as_dict()
+        low = app.callers.retrieve(ana, "retrieve_documents", arguments)
+        high = app.callers.retrieve(ana, "bulk_export", arguments)
+        cleared = app.callers.retrieve(cleo, "bulk_export", arguments)
+        replayed = app.operators.replay(high.request_id).as_dict()
     assert [h.doc_id for h in low.results] == ["wire"]
     assert high.results == () and [(d.verdict, d.reason) for d in high.decisions] == [
         ("DENY", "classification")
@@ -121,9 +121,9 @@ def test_a_high_risk_retrieve_tool_holds_on_every_search_path(deployment: Path) 
     (deployment / "routes" / "qa.json").write_text(json.dumps(prefetch))
     with govrag.open(deployment) as app:
         ana, cleo = (local_principal(app.settings, s) for s in ("ana", "cleo"))
-        searched = app.search(ana, "wire limit")
-        asked = app.ask(ana, "What is the wire limit?", route="qa")
-        cleared = app.search(cleo, "wire limit")
+        searched = app.callers.search(ana, "wire limit")
+        asked = app.callers.ask(ana, "What is the wire limit?", route="qa")
+        cleared = app.callers.search(cleo, "wire limit")
     assert searched.results == () and [d.reason for d in searched.decisions] == ["classification"]
     assert asked.abstained and [d.reason for d in asked.decisions] == ["classification"]
     assert [h.doc_id for h in cleared.results] == ["wire"]

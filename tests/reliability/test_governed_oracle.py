@@ -182,8 +182,8 @@ class GovernedOracle(AclOracle):
         self.recent = [*self.recent[-7:], (query, strategy, k)]
         for sub in CALLERS:
             caller, can, entitled = self._caller(sub)
-            first = self.app.search(caller, query, strategy=strategy, top_k=k)
-            again = self.app.search(caller, query, strategy=strategy, top_k=k)
+            first = self.app.callers.search(caller, query, strategy=strategy, top_k=k)
+            again = self.app.callers.search(caller, query, strategy=strategy, top_k=k)
             for result in (first, again):
                 chunks = [c for p in result.packs for c in p.chunks]
                 leaked = {c.doc_id for c in chunks} - can
@@ -192,7 +192,7 @@ class GovernedOracle(AclOracle):
             assert [c.chunk_id for c in again.results] == [c.chunk_id for c in first.results]
             # Not only nothing revoked: nothing granted since missing either (a cached ranking
             # from before a grant, an identity or a group change is stale, not just unsafe).
-            now = self.fresh.search(caller, query, strategy=strategy, top_k=k)
+            now = self.fresh.callers.search(caller, query, strategy=strategy, top_k=k)
             assert [c.chunk_id for c in first.results] == [c.chunk_id for c in now.results], (
                 f"{sub}'s search {query!r} ({strategy}) differs from the same search uncached"
             )
@@ -205,7 +205,7 @@ class GovernedOracle(AclOracle):
         question = self._question(data)
         for sub in CALLERS:
             caller, can, entitled = self._caller(sub)
-            answer = self.app.ask(caller, question)
+            answer = self.app.callers.ask(caller, question)
             cited = {c.doc_id for c in answer.citations}
             packed = {c.doc_id for p in answer.packs for c in p.chunks}
             used = (cited | packed) - can

@@ -167,12 +167,12 @@ def seed_bank(root: Path) -> Path:
     """:func:`bank` in ``root``, its feed ingested; returns ``root``."""
     feed = bank(root)
     with govrag.open(root) as opened:
-        assert opened.ingest(feed).ok
+        assert opened.operators.ingest(feed).ok
     return root
 
 
 def bearer(app: govrag.Govrag, sub: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {app.dev_token(sub)}"}
+    return {"Authorization": f"Bearer {app.operators.dev_token(sub)}"}
 
 
 @dataclass
@@ -247,7 +247,7 @@ def governed(results: list[Any], app: govrag.Govrag) -> set[str]:
     assert "Debit" not in json.dumps(forbidden.model_dump())
     assert outside.structured_content["results"] == []
     assert [d["reason"] for d in outside.structured_content["decisions"]] == ["out_of_scope"]
-    replay = app.replay(got["request_id"]).as_dict()
+    replay = app.operators.replay(got["request_id"]).as_dict()
     assert replay["request_id"] == got["request_id"]
     proposed = [p for p in replay["proposed"] if p["tool"] == "retrieve_documents"]
     assert proposed[0]["arguments"] == {"corpus": "policy", "query": "wire"}

@@ -27,7 +27,7 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[govrag.Govrag]:
     with govrag.open(
         feed.parent, auth={"dev_tokens": True, "tenants": ["bank", "other"]}, server=UNLIMITED
     ) as opened:
-        assert opened.ingest(feed).ok
+        assert opened.operators.ingest(feed).ok
         yield opened
 
 
@@ -71,7 +71,7 @@ def test_every_refused_token_gets_the_same_401(
 def test_a_tampered_token_is_refused_like_no_token(
     client: httpx.Client, app: govrag.Govrag
 ) -> None:
-    token = app.dev_token("ana")
+    token = app.operators.dev_token("ana")
     head, payload, sig = token.split(".")
     for forged in (f"{head}.{payload}.{sig[::-1]}", f"{head}.{payload}.", token + "x"):
         r = client.post("/v1/search", json={"query": "wire"},
@@ -169,7 +169,7 @@ def test_ask_answers_with_citations_from_the_callers_evidence(
     assert "50,000" in body["answer"]
     assert {c["doc_id"] for c in body["citations"]} == {"wire-limits"}
     # The examiner can replay it from the audit log alone.
-    assert app.replay(body["request_id"]).verdict_before_search
+    assert app.operators.replay(body["request_id"]).verdict_before_search
 
 
 def test_the_openapi_schema_declares_bearer_auth(client: httpx.Client) -> None:
@@ -199,7 +199,7 @@ def test_without_the_extra_the_import_names_it(
 
 
 def test_two_authorization_headers_are_refused(client: httpx.Client, app: govrag.Govrag) -> None:
-    good = f"Bearer {app.dev_token('ana')}"
+    good = f"Bearer {app.operators.dev_token('ana')}"
     for pair in ([good, "Bearer garbage"], ["Bearer garbage", good], [good, good]):
         r = client.post("/v1/search", json={"query": "wire"},
                         headers=[("Authorization", h) for h in pair])  # fmt: skip

@@ -43,14 +43,14 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[govrag.Govrag]:
                      server=server) as opened:  # fmt: skip
         # Warm the path (policy engine, indexes) so no test's request nears the deadline.
         ana = govrag.local_principal(opened.settings, "ana")
-        opened.search(ana, "wire", strategy=govrag.Strategy.KEYWORD)
+        opened.callers.search(ana, "wire", strategy=govrag.Strategy.KEYWORD)
         yield opened
 
 
 @pytest.fixture(scope="module")
 def hold(app: govrag.Govrag) -> Hold:
     hold = Hold()
-    app.observe_audit(hold)
+    app.operators.observe_audit(hold)
     return hold
 
 
@@ -85,7 +85,10 @@ def _full_buckets(clock: Clock) -> None:
 
 
 def bearer(app: govrag.Govrag, sub: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {app.dev_token(sub)}", "content-type": "application/json"}
+    return {
+        "Authorization": f"Bearer {app.operators.dev_token(sub)}",
+        "content-type": "application/json",
+    }
 
 
 def refused(r: httpx.Response, status: int, code: str) -> dict[str, Any]:
@@ -174,7 +177,7 @@ def test_each_principal_has_its_own_bucket(client: httpx.Client, app: govrag.Gov
 def test_unauthenticated_requests_take_from_no_bucket(
     client: httpx.Client, app: govrag.Govrag
 ) -> None:
-    forged = app.dev_token("ana")[:-4] + "AAAA"
+    forged = app.operators.dev_token("ana")[:-4] + "AAAA"
     for headers in ({}, {"Authorization": "Bearer junk"}, {"Authorization": f"Bearer {forged}"}):
         for _ in range(4):
             assert client.post("/v1/search", json=SEARCH, headers=headers).status_code == 401

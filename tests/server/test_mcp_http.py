@@ -54,7 +54,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[govrag.Go
 
 
 def token(app: govrag.Govrag, sub: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {app.dev_token(sub)}"}
+    return {"Authorization": f"Bearer {app.operators.dev_token(sub)}"}
 
 
 async def listed(client: Any) -> dict[str, Any]:
@@ -97,8 +97,8 @@ def test_a_session_header_continues_ones_own_session_only(
     served: tuple[govrag.Govrag, str],
 ) -> None:
     app, url = served
-    ana = app.verify_token(app.dev_token("ana")).principal
-    mine = app.open_session(ana).session_id
+    ana = app.callers.verify_token(app.operators.dev_token("ana")).principal
+    mine = app.callers.open_session(ana).session_id
 
     async def search(client: Any) -> Any:
         return await client.call_tool("search_knowledge", {"query": "wire limit"})
@@ -179,7 +179,7 @@ def test_a_revoked_right_is_gone_at_the_next_call(
              "text": "The 2026 bonus plan pays twelve percent to the corporate desk."}  # fmt: skip
     feed = tmp_path / "bonus.jsonl"
     feed.write_text(json.dumps(bonus | {"acl": ["S-1"]}) + "\n")
-    assert app.ingest(feed).ok
+    assert app.operators.ingest(feed).ok
     results: list[Any] = []
 
     async def twice(client: Any) -> None:
@@ -189,7 +189,7 @@ def test_a_revoked_right_is_gone_at_the_next_call(
                                                   {"query": "2026 bonus plan"}))  # fmt: skip
             # The source revokes ana's right between the two calls.
             feed.write_text(json.dumps(bonus | {"acl": ["S-2"]}) + "\n")
-            assert app.ingest(feed).ok
+            assert app.operators.ingest(feed).ok
 
     over_mcp(f"{url}/mcp", token(app, "ana"), twice, "legacy")
     before, after = ([c["doc_id"] for c in r.structured_content["results"]] for r in results)
@@ -292,9 +292,9 @@ def test_pinned_sessions_are_the_openers_and_end_with_its_token(
     from govrag.server.mcp_http import PINNED_PER_PRINCIPAL, McpEndpoint
 
     app, _ = served
-    endpoint = McpEndpoint(app, "http://127.0.0.1:1/mcp")
-    ana = app.verify_token(app.dev_token("ana")).principal
-    ben = app.verify_token(app.dev_token("ben")).principal
+    endpoint = McpEndpoint(app.callers, "http://127.0.0.1:1/mcp", app.settings)
+    ana = app.callers.verify_token(app.operators.dev_token("ana")).principal
+    ben = app.callers.verify_token(app.operators.dev_token("ben")).principal
     # 2026-07-28 has no sessions: an id a client makes up there pins nothing.
     assert endpoint.bind(Ctx(ana, "made-up", "2026-07-28")) is not endpoint.bind(
         Ctx(ana, "made-up", "2026-07-28")

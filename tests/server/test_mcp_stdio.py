@@ -111,7 +111,7 @@ def test_who_it_serves_is_fixed_at_start(dep: Path) -> None:
 
     # ben's token: ben's document, whoever the client claims to be.
     with govrag.open(dep) as app:
-        token = app.dev_token("ben")
+        token = app.operators.dev_token("ben")
     result = run(dep, "--token", token, body=call)
     assert {c["doc_id"] for c in result.structured_content["results"]} == {"card-fees"}
 
@@ -125,7 +125,7 @@ def test_a_revoked_right_is_gone_at_the_next_call(dep: Path, tmp_path: Path) -> 
     def grant(account: str) -> None:
         feed.write_text(json.dumps(bonus | {"acl": [account]}) + "\n")
         with govrag.open(dep) as app:
-            assert app.ingest(feed).ok
+            assert app.operators.ingest(feed).ok
 
     grant("S-1")
     seen: list[set[str]] = []
@@ -146,9 +146,9 @@ def test_the_start_tokens_expiry_ends_the_service(dep: Path) -> None:
     from govrag.server.mcp_server import Binding, build
 
     with govrag.open(dep) as app:
-        verified = app.verify_token(app.dev_token("ana"))
+        verified = app.callers.verify_token(app.operators.dev_token("ana"))
         binding = Binding(verified.principal, None, expires_at=verified.expires_at)
-        server = build(app, lambda ctx: binding)
+        server = build(app.callers, lambda ctx: binding)
 
         async def calls() -> tuple[Any, Any, str]:
             async with Client(server) as client:

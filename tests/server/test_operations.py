@@ -53,7 +53,7 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[govrag.Govrag]:
 @pytest.fixture(scope="module")
 def hold(app: govrag.Govrag) -> Hold:
     hold = Hold()
-    app.observe_audit(hold)
+    app.operators.observe_audit(hold)
     return hold
 
 
@@ -92,7 +92,7 @@ def client(api: FastAPI, lines: Lines) -> Iterator[httpx.Client]:
 
 
 def bearer(app: govrag.Govrag, sub: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {app.dev_token(sub)}"}
+    return {"Authorization": f"Bearer {app.operators.dev_token(sub)}"}
 
 
 def sample(exposition: str, name: str, **labels: str) -> float:
@@ -120,7 +120,7 @@ def test_every_answer_carries_its_own_request_id(client: httpx.Client, app: govr
 def test_a_search_is_one_line_without_token_query_or_text(
     client: httpx.Client, app: govrag.Govrag, lines: Lines
 ) -> None:
-    token = app.dev_token("ana")
+    token = app.operators.dev_token("ana")
     r = client.post(f"/v1/search?{SECRET_QS}", json={"query": QUERY, "strategy": "keyword"},
                     headers={"Authorization": f"Bearer {token}"})  # fmt: skip
     assert r.status_code == 200 and r.json()["results"], r.text

@@ -58,7 +58,7 @@ def app(tmp_path_factory: pytest.TempPathFactory, pg_cluster: Any) -> Iterator[g
     store = pg_store_settings(pg_cluster)
     with govrag.open(root, store={**store, "index_dir": str(root.parent / "index-api")},
                      auth={"dev_tokens": True}) as opened:  # fmt: skip
-        assert opened.ingest(feed).ok
+        assert opened.operators.ingest(feed).ok
         yield opened
 
 
@@ -221,7 +221,7 @@ def test_a_revocation_is_honoured_by_both_replicas_on_their_next_request(
     }[doc["external_id"]]
     feed = tmp_path / "change.jsonl"
     feed.write_text(json.dumps(change) + "\n")
-    assert app.ingest(feed).ok
+    assert app.operators.ingest(feed).ok
     for replica in (a, b):
         # The very request each replica had cached: the tenant's generation moved, so it is
         # not served from the cache, and the document is gone from every route.

@@ -35,7 +35,7 @@ def app(
     if request.param == "postgres":
         settings["store"] = pg_store_settings(request.getfixturevalue("pg_cluster"))
     with govrag.open(feed.parent, **settings) as opened:
-        assert opened.ingest(feed).ok
+        assert opened.operators.ingest(feed).ok
         yield opened
 
 
@@ -56,8 +56,8 @@ def test_readiness_and_liveness_need_no_token(client: httpx.Client) -> None:
 def test_a_session_is_pinned_ends_with_its_token_and_is_only_its_principals(
     client: httpx.Client, app: govrag.Govrag
 ) -> None:
-    token = app.dev_token("ana")
-    exp = app.verify_token(token).expires_at
+    token = app.operators.dev_token("ana")
+    exp = app.callers.verify_token(token).expires_at
     opened = client.post("/v1/sessions", json={}, headers={"Authorization": f"Bearer {token}"})
     assert opened.status_code == 201, opened.text
     session = opened.json()
@@ -79,12 +79,12 @@ def test_a_session_opened_by_an_expired_token_cannot_be_resumed(app: govrag.Govr
     # open a session that is over, and no later token revives it.
     ana = govrag.local_principal(app.settings, "ana")
     ended = ana.model_copy(update={"expires_at": datetime.now(UTC) - timedelta(minutes=1)})
-    session = app.open_session(ended)
+    session = app.callers.open_session(ended)
     assert session.expires_at is not None
     with pytest.raises(govrag.NotFoundError, match="token that opened it expired"):
-        app.session(ana, session.session_id)
+        app.callers.session(ana, session.session_id)
     with pytest.raises(govrag.NotFoundError):
-        app.search(ana, "wire limit", session=session.session_id)
+        app.callers.search(ana, "wire limit", session=session.session_id)
 
 
 def test_retrieve_runs_a_proposed_tool_call_through_the_gate(
@@ -97,7 +97,7 @@ def test_retrieve_runs_a_proposed_tool_call_through_the_gate(
     ben = client.post("/v1/retrieve", json=call, headers=bearer(app, "ben")).json()
     assert "wire-limits" not in {h["doc_id"] for h in ben["results"]}
     # The proposal is on record, then the decision: replayable like any request.
-    replay = app.replay(ana["request_id"], tenant="bank")
+    replay = app.operators.replay(ana["request_id"], tenant="bank")
     assert [p.get("tool") for p in replay.proposed][:1] == ["retrieve_documents"]
     assert replay.verdict_before_search
 
@@ -284,7 +284,7 @@ def test_readiness_fails_closed_when_another_replica_migrated_past_this_code(
 
     feed = bank(tmp_path / "bank")
     with govrag.open(feed.parent, auth={"dev_tokens": True}) as app:
-        assert app.ingest(feed).ok
+        assert app.operators.ingest(feed).ok
         with TestClient(create_app(app)) as client:
             assert client.get("/readyz").status_code == 200
             database = sqlite3.connect(feed.parent / "govrag.db")

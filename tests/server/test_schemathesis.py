@@ -54,7 +54,7 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[govrag.Govrag]:
         "server": UNLIMITED,
     }
     with govrag.open(feed.parent, **settings_) as opened:
-        assert opened.ingest(feed).ok
+        assert opened.operators.ingest(feed).ok
         yield opened
 
 
@@ -82,7 +82,7 @@ def api_schema(url: str) -> Any:
 
 def call(case: Any, app: govrag.Govrag, url: str) -> None:
     # A token made now, for each case: a run longer than a token's life stays valid.
-    headers = {"Authorization": f"Bearer {app.dev_token('ana')}"}
+    headers = {"Authorization": f"Bearer {app.operators.dev_token('ana')}"}
     case.call_and_validate(base_url=url, headers=headers, checks=CHECKS)
 
 

@@ -44,7 +44,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ]  # fmt: skip
     feed.write_text("".join(json.dumps(r) + "\n" for r in records))
     with govrag.open(root) as app:
-        assert app.ingest(feed).ok
+        assert app.operators.ingest(feed).ok
     return root
 
 

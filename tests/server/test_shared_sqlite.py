@@ -41,7 +41,7 @@ LIBRARY = textwrap.dedent("""
     import govrag
     with govrag.open(sys.argv[1]) as app:
         ben = govrag.local_principal(app.settings, "ben")
-        ids = [app.search(ben, q).request_id for q in ("card fee", "wire limit")]
+        ids = [app.callers.search(ben, q).request_id for q in ("card fee", "wire limit")]
     print(json.dumps(ids))
 """)
 
@@ -121,7 +121,7 @@ def deployment(tmp_path: Path) -> Iterator[tuple[Path, ServeProcess, dict[str, s
     toml.write_text(toml.read_text() + "\n[auth]\ndev_tokens = true\n\n"
                     "[server]\nrate_per_minute = 1000000\nrate_burst = 100000\n")  # fmt: skip
     with govrag.open(root) as app:
-        tokens = {sub: app.dev_token(sub) for sub in ("ana", "ben")}
+        tokens = {sub: app.operators.dev_token(sub) for sub in ("ana", "ben")}
     server = ServeProcess("shared", root, subprocess_env())
     try:
         server.wait_ready()
@@ -189,10 +189,10 @@ def test_serve_cli_mcp_and_library_processes_share_one_sqlite_deployment(
     assert server.process.returncode == 0, server.log.read_text()[-3000:]
     with govrag.open(root) as app:
         for request_id in answered:
-            replay = app.replay(request_id)
+            replay = app.operators.replay(request_id)
             assert replay.decisions and replay.verdict_before_search, request_id
             assert replay.model_saw, request_id  # the pack it answered is on the log
-        verified = app.audit_verify()
+        verified = app.operators.audit_verify()
         assert verified.ok, verified.as_dict()
     # Each round: 5 served, a CLI search, 2 library searches, 1 MCP call.
     assert len(set(answered)) == len(answered) == ROUNDS * 9

@@ -60,20 +60,20 @@ def test_no_use_case_opens_the_database_file_the_store_holds(
     with govrag.open(root) as app:
         ana = govrag.local_principal(app.settings, "ana")
         examiner = govrag.local_principal(app.settings, "eve")
-        assert app.readiness().ready  # opens the store (reading the header first)
+        assert app.operators.readiness().ready  # opens the store (reading the header first)
         assert _database_files(watch, db) == [str(db)]
         watch.clear()  # from here on the store holds the file
-        assert app.readiness().ready
-        assert app.config_check().ok  # reads the header of a store file: not this one's
-        found = app.search(ana, "wire limit")
-        app.ask(ana, "What is the EU corporate wire limit?")
-        app.replay(found.request_id)
-        app.examiner_replay(examiner, found.request_id)
-        assert app.audit_verify().ok
-        app.index_verify()
-        app.curate()
-        app.sources()
-        assert app.ingest(root / "feed.jsonl").ok
+        assert app.operators.readiness().ready
+        assert app.operators.config_check().ok  # reads the header of a store file: not this one's
+        found = app.callers.search(ana, "wire limit")
+        app.callers.ask(ana, "What is the EU corporate wire limit?")
+        app.operators.replay(found.request_id)
+        app.examiners.replay(examiner, found.request_id)
+        assert app.operators.audit_verify().ok
+        app.operators.index_verify()
+        app.operators.curate()
+        app.operators.sources()
+        assert app.operators.ingest(root / "feed.jsonl").ok
         assert _database_files(watch, db) == []
     # Closed: now reading the file is harmless, and the check reads it.
     assert is_sqlite_file(db) and _database_files(watch, db) == [str(db)]

@@ -149,11 +149,11 @@ def test_config_check_warns_of_the_prefilter_on_hash_vectors(tmp_path: Path) -> 
     deployment that turns the prefilter on with the hash embedder is told so."""
     govrag.init(tmp_path / "hash", tenant="bank")
     with govrag.open(tmp_path / "hash", search={"binary_prefilter_rows": 10_000}) as app:
-        (warned,) = [p for p in app.config_check().problems
+        (warned,) = [p for p in app.operators.config_check().problems
                      if p.field == "search.binary_prefilter_rows"]  # fmt: skip
         assert warned.warning and "minilm" in warned.message
     with govrag.open(tmp_path / "hash") as app:  # off by default: nothing to say
-        assert not [p for p in app.config_check().problems if "binary" in p.field]
+        assert not [p for p in app.operators.config_check().problems if "binary" in p.field]
 
 
 def test_a_callers_cached_rows_never_outlive_a_change(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -128,7 +128,7 @@ def test_config_check_names_a_model_that_is_not_a_cross_encoder(tmp_path: Path) 
         "[gateway]\nreranker = 'cross-encoder'\ncross_encoder_path = 'nowhere'\n"
     )
     with govrag.open(tmp_path) as app:
-        problems = [str(p) for p in app.config_check().problems if not p.warning]
+        problems = [str(p) for p in app.operators.config_check().problems if not p.warning]
     assert any("validation.cross_encoder_path" in p and "is not a cross-encoder" in p
                for p in problems), problems  # fmt: skip
     assert any("gateway.cross_encoder_path" in p and "is not a directory" in p

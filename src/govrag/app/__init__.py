@@ -3,23 +3,30 @@
 from govrag.agent.listings import CorpusListing, DocumentListing
 from govrag.agent.retrieve import GovernedResult
 from govrag.agent.tool_calls import ToolOutcome
-from govrag.app.api import Govrag, local_principal
+from govrag.app.api import Govrag
+from govrag.app.callers import Callers
 from govrag.app.entry import evaluate_beir, init, open
+from govrag.app.examiners import EXAMINER_ROLE, Examiners
 from govrag.app.ingest import IngestOutcome, ProgressFactory
+from govrag.app.operators import Operators, local_principal
 from govrag.app.records import ConfigCheck, Memory, Readiness, SessionInfo
 from govrag.eval.governance import SuiteReport
 from govrag.harvest.sources import SourceStatus, SourceSync
 from govrag.writeback.models import AdmissionGate
 
 __all__ = [
+    "EXAMINER_ROLE",
     "AdmissionGate",
+    "Callers",
     "ConfigCheck",
     "CorpusListing",
     "DocumentListing",
+    "Examiners",
     "GovernedResult",
     "Govrag",
     "IngestOutcome",
     "Memory",
+    "Operators",
     "ProgressFactory",
     "Readiness",
     "SessionInfo",

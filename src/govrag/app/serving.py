@@ -56,7 +56,7 @@ def serving_refusal(app: Govrag, host: str, *, mcp: bool = False) -> ConfigError
                            "tokens only; configure [auth] (docs/auth.md), or set "
                            "[auth] dev_tokens = true for local development")  # fmt: skip
     # A key that cannot load is an error at start, not a 401 for every caller.
-    problems = [p for p in app.config_check().problems if not p.warning]
+    problems = [p for p in app.operators.config_check().problems if not p.warning]
     if problems:
         return ConfigError("; ".join(str(p) for p in problems))
     workers = server.workers

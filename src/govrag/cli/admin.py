@@ -168,8 +168,9 @@ def eval_(
         say = lambda msg: err.print(msg, highlight=False)  # noqa: E731
         if deployment is not None:
             with open_app(deployment) as app:
-                return app.evaluate_beir(beir_dir, strategy=strategy, split=split or "test",
-                                         top_k=top_k, progress=say)  # fmt: skip
+                return app.operators.evaluate_beir(beir_dir, strategy=strategy,
+                                                   split=split or "test", top_k=top_k,
+                                                   progress=say)  # fmt: skip
         return evaluate_beir(beir_dir, strategy=strategy, split=split or "test",
                              embedder=embedder or "hash", top_k=top_k, progress=say)  # fmt: skip
 
@@ -193,7 +194,8 @@ def _suite(suite: str | None, route: str | None, split: Split | None, report: Pa
         fail(InputError(f"cannot write the report to {report}: its folder does not exist or "
                         "is not writable; name another --report"))  # fmt: skip
     with open_app(deployment) as app:
-        result = guard(lambda: app.evaluate_suite(suite, route=route, split=split, progress=say))
+        result = guard(lambda: app.operators.evaluate_suite(suite, route=route, split=split,
+                                                            progress=say))  # fmt: skip
     text = markdown(result)
     if report is not None:
         try:
@@ -219,7 +221,7 @@ def index_verify(
 
     def run() -> list[IndexReport]:
         with open_app(deployment) as app:
-            return app.index_verify(tenant)
+            return app.operators.index_verify(tenant)
 
     reports = guard(run)
     rows = [dict(vars(r), differences=r.differences) for r in reports]
@@ -252,7 +254,7 @@ def index_rebuild(
 
     def run() -> dict[str, int]:
         with open_app(deployment) as app:
-            return app.index_rebuild(tenant)
+            return app.operators.index_rebuild(tenant)
 
     counts = guard(run)
     if as_json:
@@ -285,7 +287,7 @@ def config_check(deployment: DeploymentOpt = None, as_json: JsonOpt = False) -> 
 
     def run() -> ConfigCheck:
         with open_app(deployment) as app:
-            return app.config_check()
+            return app.operators.config_check()
 
     check = guard(run)
     problems, config = check.problems, check.config

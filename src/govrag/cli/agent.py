@@ -62,7 +62,7 @@ def ask(
                     f"--text {str(text)!r}: cannot read it as UTF-8 text: {exc}"
                 ) from exc
         with open_app(deployment) as app:
-            return app.ask(
+            return app.callers.ask(
                 as_principal(app, as_), question, route=route, session=session, text=supplied
             )
 
@@ -91,7 +91,7 @@ def replay(
 
     def run() -> Replay:
         with open_app(deployment) as app:
-            return app.replay(request_id, tenant=tenant)
+            return app.operators.replay(request_id, tenant=tenant)
 
     result = guard(run)
     if as_json:

@@ -38,7 +38,7 @@ def escalations(
 
     def run() -> list[Escalation]:
         with open_app(deployment) as app:
-            return app.escalations(tenant=tenant, queue=queue)
+            return app.operators.escalations(tenant=tenant, queue=queue)
 
     found = guard(run)
     if as_json:
@@ -68,7 +68,7 @@ def audit_verify(tenant: TenantOpt = None, deployment: DeploymentOpt = None,
 
     def run() -> AuditVerification:
         with open_app(deployment) as app:
-            return app.audit_verify(tenant)
+            return app.operators.audit_verify(tenant)
 
     report = guard(run)
     if as_json:
@@ -110,7 +110,7 @@ def audit_checkpoint(
 
     def run() -> CheckpointRun:
         with open_app(deployment) as app:
-            return app.audit_checkpoint(tenant, adopt=adopt)
+            return app.operators.audit_checkpoint(tenant, adopt=adopt)
 
     result = guard(run)
     if as_json:
@@ -145,9 +145,9 @@ def audit_keygen(
     def run() -> str:
         with open_app(deployment) as app:
             if not rotate:
-                path, kid = app.audit_keygen()
+                path, kid = app.operators.audit_keygen()
                 return f"wrote {path} ({kid}); keep it out of the database's reach and back it up"
-            r = app.audit_rotate_key()
+            r = app.operators.audit_rotate_key()
             return (f"rotated {r.signing_key}: new key {r.key_id} signs from now on; the "
                     f"retired key {r.retired_key_id} is gone, its public half kept in "
                     f"{r.retired_public} so the checkpoints it signed still verify (if "

@@ -37,7 +37,7 @@ def curate(
 
     def run() -> list[CurationReport]:
         with open_app(deployment) as app:
-            return app.curate(tenant)
+            return app.operators.curate(tenant)
 
     reports = guard(run)
     if as_json:
@@ -65,7 +65,7 @@ def click(
                 "sharepoint:policy-wire-limits-v3 (a citation's source and id)"
             )
         with open_app(deployment) as app:
-            app.click(as_principal(app, as_), source_system, external_id)
+            app.callers.click(as_principal(app, as_), source_system, external_id)
         # Everyone's access count is not the caller's to know: only that this one counted.
         return {"document": doc, "counted": True}
 

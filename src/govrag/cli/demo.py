@@ -22,7 +22,7 @@ def run_demo(directory: Path, console: Console, *, embedder: str | None = None) 
     if create(directory, embedder):
         console.print(f"created the bank-eu demo deployment in [bold]{directory}[/]")
     with govrag.open(directory) as app, bundled_corpus() as corpus:
-        counts = app.ingest(corpus, tenant=TENANT).report.as_dict()
+        counts = app.operators.ingest(corpus, tenant=TENANT).report.as_dict()
         console.print(f"ingested the corpus (embedder {app.settings.embedder.name}): "
                       f"{counts['added']} added, {counts['unchanged']} unchanged, "
                       f"{counts['errors']} errors")  # fmt: skip
@@ -30,13 +30,13 @@ def run_demo(directory: Path, console: Console, *, embedder: str | None = None) 
         asked = questions()
         for q in asked:
             principal = local_principal(app.settings, q.sub)
-            answer = app.ask(principal, q.question, route=q.route_id, text=q.text)
+            answer = app.callers.ask(principal, q.question, route=q.route_id, text=q.text)
             first = first or answer
             console.print(_panel(q, answer))
         if first is not None:
             console.rule(f"Examiner replay of {first.request_id} (audit log only)")
-            print_replay(app.replay(first.request_id, tenant=TENANT), console)
-        chain = next(t.chain for t in app.audit_verify(TENANT).tenants)
+            print_replay(app.operators.replay(first.request_id, tenant=TENANT), console)
+        chain = next(t.chain for t in app.operators.audit_verify(TENANT).tenants)
         console.print(f"\naudit log: {chain.events} events, chain "
                       f"{'intact' if chain.ok else 'BROKEN'}.")  # fmt: skip
         if asked:

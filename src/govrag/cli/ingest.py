@@ -50,7 +50,7 @@ def ingest(
 
     def run() -> IngestOutcome:
         with open_app(deployment) as app:
-            return app.ingest(
+            return app.operators.ingest(
                 source,
                 connector=connector,
                 tenant=tenant,
@@ -87,7 +87,7 @@ def sources(deployment: DeploymentOpt = None, as_json: JsonOpt = False) -> None:
 
     def run() -> list[SourceStatus]:
         with open_app(deployment) as app:
-            return app.sources()
+            return app.operators.sources()
 
     rows = guard(run)
     if as_json:

@@ -71,7 +71,7 @@ def mcp(
     with open_app(deployment) as app:
         expires_at = None
         if token is not None:
-            verified = guard(lambda: app.verify_token(token))
+            verified = guard(lambda: app.callers.verify_token(token))
             principal, expires_at = verified.principal, verified.expires_at
         else:
             assert as_ is not None
@@ -83,8 +83,8 @@ def mcp(
 
         # The route must exist before a client connects: a typo is an error now, not a
         # refusal of every call.
-        guard(lambda: app.offered_tools(principal, route=route))
-        anyio.run(serve_stdio, app, Binding(principal, route, expires_at=expires_at))
+        guard(lambda: app.callers.offered_tools(principal, route=route))
+        anyio.run(serve_stdio, app.callers, Binding(principal, route, expires_at=expires_at))
 
 
 def _needs_mcp() -> None:

@@ -62,9 +62,9 @@ def search(
     def run() -> GovernedResult:
         parsed = tuple(parse_cli_filter(f) for f in filter_ or ())
         with open_app(deployment) as app:
-            return app.search(as_principal(app, as_), query, corpora=corpus or None, route=route,
-                              session=session, strategy=strategy, top_k=top_k,
-                              filters=parsed)  # fmt: skip
+            return app.callers.search(as_principal(app, as_), query, corpora=corpus or None,
+                                      route=route, session=session, strategy=strategy,
+                                      top_k=top_k, filters=parsed)  # fmt: skip
 
     result = guard(run)
     if as_json:

@@ -21,8 +21,8 @@ def token(as_: AsOpt, deployment: DeploymentOpt = None, as_json: JsonOpt = False
 
     def run() -> tuple[str, str]:
         with open_app(deployment) as app:
-            signed = app.dev_token(as_)
-            return signed, app.verify_token(signed).expires_at.isoformat()
+            signed = app.operators.dev_token(as_)
+            return signed, app.callers.verify_token(signed).expires_at.isoformat()
 
     signed, expires_at = guard(run)
     if as_json:

@@ -43,15 +43,18 @@ def create_app(govrag: Govrag, *, mcp_url: str | None = None) -> FastAPI:
             from govrag.server.mcp_http import McpEndpoint
         except ImportError as exc:
             raise MissingExtraError(exc.name or "mcp", "mcp", "The MCP server") from exc
-        mcp = McpEndpoint(govrag, mcp_url)
+        mcp = McpEndpoint(govrag.callers, mcp_url, govrag.settings)
     api = FastAPI(title="govrag", version="1", summary="Governed retrieval over HTTP.",
                   docs_url=None, redoc_url=None, lifespan=mcp.lifespan if mcp else None,
                   # No 307 to the same path with a slash: its Location is built from the
                   # caller's Host header.
                   redirect_slashes=False)  # fmt: skip
 
-    api.state.govrag = govrag
-    install(api, govrag)  # [server]: limits, request ids, access log, metrics
+    # Handlers reach the callers' and the examiners' use cases, never the operator's.
+    api.state.callers = govrag.callers
+    api.state.examiners = govrag.examiners
+    operators = govrag.operators
+    install(api, operators)  # [server]: limits, request ids, access log, metrics
 
     @api.exception_handler(GovragError)
     def _govrag_error(request: Request, exc: GovragError) -> JSONResponse:
@@ -92,7 +95,7 @@ def create_app(govrag: Govrag, *, mcp_url: str | None = None) -> FastAPI:
              responses={503: {"model": Ready}},
              summary="Readiness: store, schema, routes and policies.")  # fmt: skip
     def readyz() -> JSONResponse:
-        readiness = govrag.readiness()
+        readiness = operators.readiness()
         if not readiness.ready:
             failed = {k: v for k, v in readiness.checks.items() if v is not None}
             log.error("not ready: %s", failed)

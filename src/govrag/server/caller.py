@@ -1,9 +1,11 @@
 """Who is calling: the verified bearer token of a request, as handler parameters.
 
 A handler that takes :data:`Caller` runs only for a request whose token
-``Govrag.verify_token`` accepted; every refusal (no token, a bad one, two ``Authorization``
-headers) is the same 401 before the handler is called. :data:`Api` is the opened deployment
-the app serves. Both are FastAPI dependencies, declared once here for every router.
+``Callers.verify_token`` accepted; every refusal (no token, a bad one, two ``Authorization``
+headers) is the same 401 before the handler is called. :data:`Api` is the callers' use cases
+of the deployment the app serves, :data:`Examination` the examiners'; the operator's
+(:class:`~govrag.app.Operators`, with its principal-free replay) is never a handler's. All
+are FastAPI dependencies, declared once here for every router.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from fastapi import Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from govrag.app import Govrag
+from govrag.app import Callers, Examiners
 from govrag.errors import AuthError
 from govrag.server.limits import admit
 from govrag.types import Principal
@@ -23,9 +25,14 @@ _bearer = HTTPBearer(auto_error=False, description="A JWT from the identity prov
                      "configured in [auth] (docs/auth.md).")  # fmt: skip
 
 
-def _govrag(request: Request) -> Govrag:
-    govrag: Govrag = request.app.state.govrag
-    return govrag
+def _callers(request: Request) -> Callers:
+    callers: Callers = request.app.state.callers
+    return callers
+
+
+def _examiners(request: Request) -> Examiners:
+    examiners: Examiners = request.app.state.examiners
+    return examiners
 
 
 def _principal(
@@ -33,12 +40,11 @@ def _principal(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
     """The caller: the verified claims of its bearer token, or a 401 (every reason alike)."""
-    govrag = _govrag(request)
     if len(request.headers.getlist("authorization")) > 1:
         # Which one counts would be this server's guess, and a proxy in front may guess the
         # other way: a request carrying two is refused like one carrying a bad token.
         raise AuthError("malformed", "more than one Authorization header")
-    verified = govrag.verify_token(credentials.credentials if credentials else None)
+    verified = _callers(request).verify_token(credentials.credentials if credentials else None)
     return admit(request, verified.principal)  # the rate limit counts verified callers only
 
 
@@ -50,7 +56,9 @@ async def authenticate(request: Request) -> Principal:
     return await run_in_threadpool(_principal, request, credentials)
 
 
-#: The opened deployment this app serves.
-Api = Annotated[Govrag, Depends(_govrag)]
+#: The callers' use cases of the deployment this app serves.
+Api = Annotated[Callers, Depends(_callers)]
+#: The examiners' use cases (replay and audit verification, own tenant, examiner role).
+Examination = Annotated[Examiners, Depends(_examiners)]
 #: The verified caller (module level: FastAPI resolves the handlers' annotations here).
 Caller = Annotated[Principal, Depends(_principal)]

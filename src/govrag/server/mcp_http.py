@@ -2,7 +2,7 @@
 
 One app, one gate: ``/mcp`` sits behind the same limits, access log and metrics as ``/v1``,
 and each request's bearer token goes through the same :func:`~govrag.server.caller.
-authenticate` (one ``Authorization`` header, verified by ``Govrag.verify_token``, then the
+authenticate` (one ``Authorization`` header, verified by ``Callers.verify_token``, then the
 principal's rate limit) before the SDK reads a byte of its body. A refused token gets the
 ``/v1`` routes' one 401 body, whose challenge also names this endpoint's protected-resource
 metadata (RFC 9728, served at ``/.well-known/oauth-protected-resource/mcp``): the resource's
@@ -42,12 +42,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
-from govrag.app import Govrag
+from govrag.app import Callers
 from govrag.errors import AuthError, InputError
 from govrag.server.caller import authenticate
 from govrag.server.limits import Refusal
 from govrag.server.mcp_server import Binding, build
 from govrag.server.problems import from_error
+from govrag.settings import Settings
 from govrag.types import Principal
 
 #: Where the endpoint is, and where its protected-resource metadata is (RFC 9728 section 3.1:
@@ -67,11 +68,12 @@ NOT_A_MESSAGE = "Invalid request: the body is not one JSON-RPC message (batches 
 
 
 class McpEndpoint:
-    """``/mcp`` and its metadata for one opened deployment; ``resource_url`` is the URL
-    clients reach the endpoint at (the resource its tokens are for)."""
+    """``/mcp`` and its metadata for one opened deployment (its callers' use cases and its
+    settings); ``resource_url`` is the URL clients reach the endpoint at (the resource its
+    tokens are for)."""
 
-    def __init__(self, govrag: Govrag, resource_url: str) -> None:
-        self.govrag = govrag
+    def __init__(self, callers: Callers, resource_url: str, settings: Settings) -> None:
+        self.settings = settings
         self.resource_url = resource_url
         self._pinned: dict[tuple[str, str], OrderedDict[str, Binding]] = {}
         self._lock = threading.Lock()
@@ -85,12 +87,12 @@ class McpEndpoint:
                 allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
             )
         self.sessions = StreamableHTTPSessionManager(
-            app=build(govrag, self.bind),
+            app=build(callers, self.bind),
             # One JSON answer a request: no response stream outlives its request, so no
             # client holds an in-flight slot while idle.
             json_response=True,
             security_settings=security,
-            max_request_body_size=govrag.settings.server.max_body_bytes,
+            max_request_body_size=settings.server.max_body_bytes,
             max_sessions=MAX_SESSIONS,
         )
 
@@ -113,7 +115,7 @@ class McpEndpoint:
         when ``[auth] issuer`` is a URL (development tokens have none to discover)."""
         body: dict[str, Any] = {"resource": self.resource_url, "resource_name": "govrag",
                                 "bearer_methods_supported": ["header"]}  # fmt: skip
-        issuer = self.govrag.settings.auth.issuer
+        issuer = self.settings.auth.issuer
         if issuer and urlsplit(issuer).scheme in ("http", "https"):
             body["authorization_servers"] = [issuer]
         return JSONResponse(body)

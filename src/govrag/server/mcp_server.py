@@ -1,9 +1,9 @@
 """``govrag mcp``: a route's governed tools for any MCP client (the official ``mcp`` SDK).
 
 A thin adapter over two methods of the application API: ``tools/list`` is
-:meth:`~govrag.app.Govrag.offered_tools` (the route manifest's retrieve, list and metadata
+:meth:`~govrag.app.Callers.offered_tools` (the route manifest's retrieve, list and metadata
 tools, with their JSON schemas as input schemas, and ``search_knowledge`` only while the store
-holds something for the tenant), ``tools/call`` is :meth:`~govrag.app.Govrag.call_tool` (the
+holds something for the tenant), ``tools/call`` is :meth:`~govrag.app.Callers.call_tool` (the
 proposal checked against the schema and audited, PEP-gated, the packs validated). A result is
 the HTTP API's answer model for the same use case, as MCP structured content, with a short
 text rendering beside it.
@@ -36,7 +36,7 @@ from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 
 from govrag import __version__
-from govrag.app import CorpusListing, GovernedResult, Govrag, ToolOutcome
+from govrag.app import Callers, CorpusListing, GovernedResult, ToolOutcome
 from govrag.errors import GovragError
 from govrag.server.responses import Corpora, Document, Searched
 from govrag.types import Principal
@@ -98,7 +98,7 @@ def structured(outcome: ToolOutcome) -> tuple[dict[str, Any], str]:
     return described, json.dumps(described["document"], ensure_ascii=False)
 
 
-def build(app: Govrag, bind: Bind) -> Server[Any]:
+def build(app: Callers, bind: Bind) -> Server[Any]:
     """The MCP server of ``app``; ``bind`` says whom each request is for."""
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
@@ -150,7 +150,7 @@ def refused(message: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(text=message)], is_error=True)
 
 
-async def serve_stdio(app: Govrag, binding: Binding) -> None:
+async def serve_stdio(app: Callers, binding: Binding) -> None:
     """Serve ``binding`` over this process's stdin and stdout until the client leaves (one
     connection, one binding: its calls continue one session)."""
     from mcp.server.stdio import stdio_server

@@ -18,17 +18,17 @@ from collections.abc import Callable
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from govrag.app import Govrag
+from govrag.app import Operators
 from govrag.server.access_log import AccessLog, RequestRecorder, Sink
 from govrag.server.limits import Limits, LimitsMiddleware, Refusal
 
 
-def install(api: FastAPI, govrag: Govrag, *, clock: Callable[[], float] = time.monotonic
+def install(api: FastAPI, operators: Operators, *, clock: Callable[[], float] = time.monotonic
             ) -> Limits:  # fmt: skip
     """Add the limits, the request recorder and (if configured) the metrics to ``api``;
     ``clock`` is the rate limit's (seconds, monotonic). Returns the limits, also kept as
     ``api.state.limits`` (the token dependency finds them there)."""
-    cfg = govrag.settings.server
+    cfg = operators.settings.server
     limits = Limits(max_body_bytes=cfg.max_body_bytes, rate_per_minute=cfg.rate_per_minute,
                     rate_burst=cfg.rate_burst, deadline_s=cfg.deadline_s,
                     max_in_flight=cfg.max_in_flight, clock=clock)  # fmt: skip
@@ -50,7 +50,7 @@ def install(api: FastAPI, govrag: Govrag, *, clock: Callable[[], float] = time.m
         access = MetricsAccess.from_env(cfg.metrics_token_env)  # before anything is subscribed
         metrics = Metrics(in_flight=lambda: limits.in_flight)
         metrics.mount(api, access)
-        govrag.observe_audit(metrics.observe)
+        operators.observe_audit(metrics.observe)
         sinks.append(metrics.record)
         api.state.metrics = metrics
 

@@ -26,7 +26,7 @@ from govrag.server.bodies import (
     SearchBody,
     SessionBody,
 )
-from govrag.server.caller import Api, Caller
+from govrag.server.caller import Api, Caller, Examination
 from govrag.server.problems import ERRORS
 from govrag.server.responses import (
     Admission,
@@ -130,13 +130,13 @@ def remember(body: MemoryBody, caller: Caller, api: Api) -> Admission:
 
 @router.get("/audit/requests/{request_id}", tags=["examiner"],
             summary="Replay a request from the audit log (examiner role).")  # fmt: skip
-def replay(request_id: Name, caller: Caller, api: Api) -> Replayed:
-    return Replayed.model_validate(api.examiner_replay(caller, request_id).as_dict())
+def replay(request_id: Name, caller: Caller, examiners: Examination) -> Replayed:
+    return Replayed.model_validate(examiners.replay(caller, request_id).as_dict())
 
 
 @router.get("/audit/verify", tags=["examiner"],
             summary="Verify your tenant's audit chain (examiner role).")  # fmt: skip
-def audit_verify(caller: Caller, api: Api) -> Verified:
-    verified = api.examiner_audit_verify(caller).as_dict()
+def audit_verify(caller: Caller, examiners: Examination) -> Verified:
+    verified = examiners.audit_verify(caller).as_dict()
     verified.pop("checkpoint_dir")  # the server's file system is not the examiner's business
     return Verified.model_validate(verified)
