@@ -105,7 +105,8 @@ test-llm: $(VENV)/.stamp-dev $(LLM_VENV)/.stamp
 soak: $(VENV)/.stamp-dev
 	rm -rf bench/out/reliability bench/out/soak-junit.xml
 	GOVRAG_RELIABILITY_DIR=bench/out/reliability GOVRAG_CRASH_RUNS=300 \
-	GOVRAG_SOAK_QUERIES=20000 GOVRAG_SOAK_RUNS=20 $(BIN)/python -m pytest -q -s \
+	GOVRAG_SOAK_QUERIES=20000 GOVRAG_SOAK_RUNS=20 GOVRAG_AUDIT_KILLS=100 \
+	GOVRAG_PG_TERMINATIONS=300 $(BIN)/python -m pytest -q -s \
 	  tests/harvest/test_crash.py tests/reliability --junitxml=bench/out/soak-junit.xml
 	$(BIN)/python -m bench.reliability
 

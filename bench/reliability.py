@@ -23,7 +23,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 COMMAND = (
     "GOVRAG_RELIABILITY_DIR=bench/out/reliability GOVRAG_CRASH_RUNS=300 "
-    "GOVRAG_SOAK_QUERIES=20000 GOVRAG_SOAK_RUNS=20 .venv/bin/python -m pytest -q -s "
+    "GOVRAG_SOAK_QUERIES=20000 GOVRAG_SOAK_RUNS=20 GOVRAG_AUDIT_KILLS=100 "
+    "GOVRAG_PG_TERMINATIONS=300 .venv/bin/python -m pytest -q -s "
     "tests/harvest/test_crash.py tests/reliability --junitxml=bench/out/soak-junit.xml"
 )
 
