@@ -292,7 +292,12 @@ def test_pinned_sessions_are_the_openers_and_end_with_its_token(
     from govrag.server.mcp_http import PINNED_PER_PRINCIPAL, McpEndpoint
 
     app, _ = served
-    endpoint = McpEndpoint(app.callers, "http://127.0.0.1:1/mcp", app.settings)
+    endpoint = McpEndpoint(
+        app.callers,
+        "http://127.0.0.1:1/mcp",
+        issuer=None,
+        max_body_bytes=app.settings.server.max_body_bytes,
+    )
     ana = app.callers.verify_token(app.operators.dev_token("ana")).principal
     ben = app.callers.verify_token(app.operators.dev_token("ben")).principal
     # 2026-07-28 has no sessions: an id a client makes up there pins nothing.

@@ -10,6 +10,15 @@ from govrag.app.examiners import EXAMINER_ROLE, Examiners
 from govrag.app.ingest import IngestOutcome, ProgressFactory
 from govrag.app.operators import Operators, local_principal
 from govrag.app.records import ConfigCheck, Memory, Readiness, SessionInfo
+
+# The typed audit events an observer (``Operators.observe_audit``) reads its rows as.
+from govrag.audit.events import (
+    ContextPackEvent,
+    IncidentEvent,
+    PepDecisionEvent,
+    ValidationEvent,
+    parse_event,
+)
 from govrag.eval.governance import SuiteReport
 from govrag.harvest.sources import SourceStatus, SourceSync
 from govrag.writeback.models import AdmissionGate
@@ -19,14 +28,17 @@ __all__ = [
     "AdmissionGate",
     "Callers",
     "ConfigCheck",
+    "ContextPackEvent",
     "CorpusListing",
     "DocumentListing",
     "Examiners",
     "GovernedResult",
     "Govrag",
+    "IncidentEvent",
     "IngestOutcome",
     "Memory",
     "Operators",
+    "PepDecisionEvent",
     "ProgressFactory",
     "Readiness",
     "SessionInfo",
@@ -34,8 +46,10 @@ __all__ = [
     "SourceSync",
     "SuiteReport",
     "ToolOutcome",
+    "ValidationEvent",
     "evaluate_beir",
     "init",
     "local_principal",
     "open",
+    "parse_event",
 ]

@@ -43,7 +43,12 @@ def create_app(govrag: Govrag, *, mcp_url: str | None = None) -> FastAPI:
             from govrag.server.mcp_http import McpEndpoint
         except ImportError as exc:
             raise MissingExtraError(exc.name or "mcp", "mcp", "The MCP server") from exc
-        mcp = McpEndpoint(govrag.callers, mcp_url, govrag.settings)
+        mcp = McpEndpoint(
+            govrag.callers,
+            mcp_url,
+            issuer=govrag.settings.auth.issuer,
+            max_body_bytes=govrag.settings.server.max_body_bytes,
+        )
     api = FastAPI(title="govrag", version="1", summary="Governed retrieval over HTTP.",
                   docs_url=None, redoc_url=None, lifespan=mcp.lifespan if mcp else None,
                   # No 307 to the same path with a slash: its Location is built from the

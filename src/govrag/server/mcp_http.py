@@ -48,7 +48,6 @@ from govrag.server.caller import authenticate
 from govrag.server.limits import Refusal
 from govrag.server.mcp_server import Binding, build
 from govrag.server.problems import from_error
-from govrag.settings import Settings
 from govrag.types import Principal
 
 #: Where the endpoint is, and where its protected-resource metadata is (RFC 9728 section 3.1:
@@ -68,12 +67,13 @@ NOT_A_MESSAGE = "Invalid request: the body is not one JSON-RPC message (batches 
 
 
 class McpEndpoint:
-    """``/mcp`` and its metadata for one opened deployment (its callers' use cases and its
-    settings); ``resource_url`` is the URL clients reach the endpoint at (the resource its
-    tokens are for)."""
+    """``/mcp`` and its metadata for one opened deployment (its callers' use cases);
+    ``resource_url`` is the URL clients reach the endpoint at (the resource its tokens are
+    for), ``issuer`` their ``[auth] issuer``, ``max_body_bytes`` the ``[server]`` limit."""
 
-    def __init__(self, callers: Callers, resource_url: str, settings: Settings) -> None:
-        self.settings = settings
+    def __init__(self, callers: Callers, resource_url: str, *, issuer: str | None,
+                 max_body_bytes: int) -> None:  # fmt: skip
+        self.issuer = issuer
         self.resource_url = resource_url
         self._pinned: dict[tuple[str, str], OrderedDict[str, Binding]] = {}
         self._lock = threading.Lock()
@@ -92,7 +92,7 @@ class McpEndpoint:
             # client holds an in-flight slot while idle.
             json_response=True,
             security_settings=security,
-            max_request_body_size=settings.server.max_body_bytes,
+            max_request_body_size=max_body_bytes,
             max_sessions=MAX_SESSIONS,
         )
 
@@ -115,7 +115,7 @@ class McpEndpoint:
         when ``[auth] issuer`` is a URL (development tokens have none to discover)."""
         body: dict[str, Any] = {"resource": self.resource_url, "resource_name": "govrag",
                                 "bearer_methods_supported": ["header"]}  # fmt: skip
-        issuer = self.settings.auth.issuer
+        issuer = self.issuer
         if issuer and urlsplit(issuer).scheme in ("http", "https"):
             body["authorization_servers"] = [issuer]
         return JSONResponse(body)

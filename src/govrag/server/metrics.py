@@ -5,11 +5,11 @@ Two sources, neither of them the request's content:
 - each :class:`~govrag.server.access_log.RequestRecord` (requests by route template and
   status, latency by route, refusals by limit) and the in-flight count;
 - the audit log: every event the deployment commits is handed to :meth:`Metrics.observe`
-  (``Govrag.observe_audit``), which counts PEP verdicts by reason, chunks withheld from packs
-  by reason, context packs served from the result cache, live rights checks that failed,
-  validations that failed, and incidents. What the governed path decided is counted from the
-  record it must commit anyway, so no layer below the application API knows there are
-  metrics.
+  (``Operators.observe_audit``), which reads it as its typed model and counts PEP verdicts
+  by reason, chunks withheld from packs by reason, context packs served from the result
+  cache, live rights checks that failed, validations that failed, and incidents. What the
+  governed path decided is counted from the record it must commit anyway, so no layer below
+  the application API knows there are metrics.
 
 No count may move with what a caller cannot read: each one above is a function of what the
 request's own answer shows its caller (its decisions, its packs' withheld counts, cache flag
@@ -37,7 +37,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from govrag.errors import MissingExtraError
+from govrag.app import (
+    ContextPackEvent,
+    IncidentEvent,
+    PepDecisionEvent,
+    ValidationEvent,
+    parse_event,
+)
+from govrag.errors import AuditEventError, MissingExtraError
 from govrag.server.access_log import RequestRecord
 from govrag.server.metrics_access import MetricsAccess
 from govrag.server.problems import MEDIA_TYPE
@@ -51,7 +58,7 @@ _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 
 
 class CommittedEvent(Protocol):
-    """An audit event as observers get it (``Govrag.observe_audit``)."""
+    """An audit event as observers get it (``Operators.observe_audit``)."""
 
     @property
     def kind(self) -> str: ...
@@ -123,28 +130,28 @@ class Metrics:
             self.refusals.labels(label(record.refused)).inc()
 
     def observe(self, event: CommittedEvent) -> None:
-        """Count what one committed audit event says (an audit observer)."""
-        kind = event.kind
-        if kind not in _COUNTED:
+        """Count what one committed audit event says (an audit observer), read as its typed
+        model, as its writer built it; one this govrag cannot read is counted nowhere."""
+        if event.kind not in _COUNTED:
             return  # parsing no payload of the kinds not counted (most of them)
-        payload = event.payload
-        if kind == "pep_decision":
-            self.decisions.labels(label(payload.get("verdict")),
-                                  label(payload.get("reason"))).inc()  # fmt: skip
-        elif kind == "context_pack":
-            self.packs.labels("hit" if payload.get("cache_hit") is True else "miss").inc()
-            withheld = payload.get("withheld") or {}
-            for reason, count in (withheld.get("reasons") or {}).items():
-                if isinstance(count, int) and count > 0:
+        try:
+            read = parse_event(event.kind, event.payload)
+        except AuditEventError:
+            return
+        if isinstance(read, PepDecisionEvent):
+            self.decisions.labels(label(read.verdict), label(read.reason)).inc()
+        elif isinstance(read, ContextPackEvent):
+            self.packs.labels("hit" if read.cache_hit else "miss").inc()
+            for reason, count in (read.withheld.reasons if read.withheld else {}).items():
+                if count > 0:
                     self.withheld.labels(label(reason)).inc(count)
-            for check in payload.get("rights_checks") or ():
-                status = check.get("status") if isinstance(check, dict) else None
-                if status != "ok":
-                    self.rights_failures.labels(label(status)).inc()
-        elif kind == "validation":
-            self.validations.labels(str(payload.get("validation_passed") is True).lower()).inc()
-        elif kind == "incident":
-            self.incidents.labels(label(payload.get("kind"))).inc()
+            for check in read.rights_checks:
+                if check.status != "ok":
+                    self.rights_failures.labels(label(check.status)).inc()
+        elif isinstance(read, ValidationEvent):
+            self.validations.labels(str(read.validation_passed).lower()).inc()
+        elif isinstance(read, IncidentEvent):
+            self.incidents.labels(label(read.incident_kind)).inc()
 
     # -- exposition ------------------------------------------------------------------------
 
