@@ -61,7 +61,7 @@ if TYPE_CHECKING:
         local_principal,
         open,
     )
-    from govrag.audit.replay import Replay
+    from govrag.audit.replay_records import Replay
     from govrag.writeback.models import (
         AdmissionGate,
         AdmissionResult,
@@ -88,7 +88,7 @@ _LAZY = {
     "init": "govrag.app",
     "local_principal": "govrag.app",
     "open": "govrag.app",
-    "Replay": "govrag.audit.replay",
+    "Replay": "govrag.audit.replay_records",
     "AdmissionGate": "govrag.writeback.models",
     "AdmissionResult": "govrag.writeback.models",
     "RetrievalScope": "govrag.writeback.models",

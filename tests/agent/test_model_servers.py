@@ -167,8 +167,8 @@ def test_every_pattern_speaks_what_a_strict_server_accepts(
     assert all(r["status"] == "ok" and r["finish_reason"] for r in results)
     assert [r["step"] for r in results] == [c["step"] for c in calls]
     shown = replay(dep.store, "t1", answer.request_id)
-    assert [c["result"]["status"] for c in shown.llm_calls] == ["ok"] * len(calls)
-    assert all(c["result"]["reply_hash"] for c in shown.llm_calls)
+    assert [c.result and c.result.status for c in shown.llm_calls] == ["ok"] * len(calls)
+    assert all(c.result and c.result.reply_hash for c in shown.llm_calls)
 
 
 def test_query_formulation_is_capped_and_stops_at_a_line_break(dep: Deployment) -> None:
@@ -311,4 +311,5 @@ def test_a_failed_model_gives_the_caller_a_fixed_message_and_the_log_the_detail(
     (response,) = events(dep, answer.request_id, "response")
     assert response["llm_fault"] == fault and response["reason"] == "llm_error"
     (shown,) = replay(dep.store, "t1", answer.request_id).llm_calls
-    assert shown["result"]["status"] == "error" and shown["result"]["fault"] == fault
+    assert shown.result is not None
+    assert shown.result.status == "error" and shown.result.fault == fault

@@ -153,18 +153,18 @@ def check_replay(dep: Deployment, answer: Answer) -> None:
     """The examiner's view, from audit records alone, matches what happened."""
     r = replay(dep.store, "t1", answer.request_id)
     assert r.chain_ok and r.verdict_before_search
-    assert r.who["session_id"] == answer.session_id and r.who["route_id"] == answer.route_id
-    assert [(d["resource"], d["verdict"], d["policy_version"]) for d in r.decisions] == [
+    assert r.who.session_id == answer.session_id and r.who.route_id == answer.route_id
+    assert [(d.resource, d.verdict, d.policy_version) for d in r.decisions] == [
         (d.corpus, d.verdict, d.policy_version) for d in answer.decisions]  # fmt: skip
-    assert [p["context_pack_id"] for p in r.model_saw] == [
+    assert [p.context_pack_id for p in r.model_saw] == [
         p.context_pack_id for p in answer.packs]  # fmt: skip
-    assert [[c["chunk_id"] for c in p["chunks"]] for p in r.model_saw] == [
+    assert [[c.chunk_id for c in p.chunks] for p in r.model_saw] == [
         [c.chunk_id for c in p.chunks] for p in answer.packs]  # fmt: skip
     assert r.delivered is not None
-    assert r.delivered["cited_doc_ids"] == sorted({c.doc_id for c in answer.citations})
-    assert (r.delivered["abstained"], r.delivered["reason"]) == (answer.abstained, answer.reason)
-    assert r.delivered["answer_hash"] == sha256(answer.answer.encode()).hexdigest()
-    assert r.delivered["response_id"] == answer.response_id == answer.trace["response_id"]
+    assert list(r.delivered.cited_doc_ids) == sorted({c.doc_id for c in answer.citations})
+    assert (r.delivered.abstained, r.delivered.reason) == (answer.abstained, answer.reason)
+    assert r.delivered.answer_hash == sha256(answer.answer.encode()).hexdigest()
+    assert r.delivered.response_id == answer.response_id == answer.trace["response_id"]
     assert len(r.llm_calls) == answer.trace["steps"]
 
 
@@ -454,7 +454,7 @@ def test_write_back_memory_joins_a_keyword_prefetch_labelled_and_audited(
     assert [c.doc_id for c in cited_memory] == [result.id]  # labelled write-back evidence
     assert later.validation is not None and later.validation.scope_violation_count == 0
     r = replay(dep.store, "t1", later.request_id)
-    assert any(c["chunk_id"] == result.id for p in r.model_saw for c in p["chunks"])
+    assert any(c.chunk_id == result.id for p in r.model_saw for c in p.chunks)
     admissions = [
         e.payload for e in dep.store.audit_events("t1") if e.kind == "writeback_admission"
     ]

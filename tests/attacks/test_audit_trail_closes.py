@@ -77,7 +77,7 @@ def test_a_gateway_failure_after_allow_closes_the_trail(make: MakeDeployment) ->
     error = trail[-1].payload
     assert (error["stage"], error["error_type"]) == ("pattern 1", "StoreError")
     r = replay(dep.store, "t1", request_id)
-    assert r.chain_ok and r.delivered is None and r.error == error
+    assert r.chain_ok and r.delivered is None and r.as_dict()["error"] == error
 
 
 def test_an_unexpected_fault_names_only_the_request(make_sqlite: MakeDeployment) -> None:
@@ -128,7 +128,7 @@ def test_a_model_adapter_fault_after_a_retrieve_closes_the_trail(
     (request_id,) = {e.request_id for e in dep.store.audit_events("t1") if e.kind == "error"}
     kinds = [e.kind for e in events(dep, request_id)]
     assert kinds[-1] == "error" and "context_pack" in kinds and "response" not in kinds
-    assert replay(dep.store, "t1", request_id).error == {
+    assert replay(dep.store, "t1", request_id).as_dict()["error"] == {
         "stage": "pattern 1", "error_type": "RuntimeError",
         "message": "unexpected error (see the log)"}  # fmt: skip
 

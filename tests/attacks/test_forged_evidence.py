@@ -150,8 +150,8 @@ def check_delivered(dep: Deployment, answer: Answer) -> None:
         assert forged not in answer.answer
     r = replay(dep.store, "t1", answer.request_id)
     assert r.chain_ok and r.delivered is not None
-    assert r.delivered["answer_hash"] == sha256(answer.answer.encode()).hexdigest()
-    assert (r.delivered["abstained"], r.delivered["reason"], r.delivered["flagged"]) == (
+    assert r.delivered.answer_hash == sha256(answer.answer.encode()).hexdigest()
+    assert (r.delivered.abstained, r.delivered.reason, r.delivered.flagged) == (
         answer.abstained, answer.reason, answer.flagged)  # fmt: skip
 
 

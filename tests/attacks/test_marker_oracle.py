@@ -167,7 +167,7 @@ def test_every_marker_is_audited_and_the_budget_withholds_it(
     assert all(e.payload["sub"] == "p" and e.payload["corpus"] == "c1" for e in events)
     # The examiner sees it in the request's replay.
     (saw,) = replay(dep.store, "t1", third.request_id).model_saw
-    assert saw["hidden_marker"] == {
+    assert saw.model_dump(mode="json")["hidden_marker"] == {
         "shown": False, "reason": "budget_exhausted",
         "sources": [{"source_system": "sp", "author_email": "o@x.example"}]}  # fmt: skip
     assert third.packs[0].hidden.present is False

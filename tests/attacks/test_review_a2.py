@@ -96,7 +96,7 @@ def assert_not_delivered_as_supported(dep: Deployment, answer: Answer, forged: s
     )
     # The audit record says the same (it would say "nothing removed, nothing flagged").
     r = replay(dep.store, "t1", answer.request_id)
-    assert r.delivered is not None and (r.delivered["flagged"] or r.delivered["abstained"])
+    assert r.delivered is not None and (r.delivered.flagged or r.delivered.abstained)
 
 
 # -- A1: characters the fact extractor does not read ----------------------------------------
@@ -205,7 +205,7 @@ def test_a5_a_semicolon_citation_is_supported_but_recorded_as_citing_nothing(
     assert answer.claims is not None and answer.claims.claims[0].cited == (WIRE_ID,)
     assert [c.chunk_id for c in answer.citations] == [WIRE_ID]
     r = replay(dep.store, "t1", answer.request_id)
-    assert r.delivered is not None and r.delivered["cited_doc_ids"] == ["wire-limits"]
+    assert r.delivered is not None and r.delivered.cited_doc_ids == ("wire-limits",)
     assert dep.store.access_counts("t1") != {}
 
 

@@ -92,7 +92,7 @@ def test_an_adapter_raising_an_unexpected_error_leaves_its_llm_call_without_a_re
     assert len(calls) == 1
     assert len(results) == 1 and results[0]["status"] == "error", results
     (shown,) = replay(dep.store, "t1", request_id).llm_calls
-    assert shown["result"] is not None
+    assert shown.result is not None
 
 
 def test_a_deeply_nested_json_reply_crashes_the_request_instead_of_a_protocol_fault(
@@ -172,7 +172,7 @@ def test_an_api_key_with_a_trailing_carriage_return_is_written_into_the_error(
     seen = {
         "llm_detail": answer.llm_detail or "",
         "audit": json.dumps([e.payload for e in dep.store.audit_events("t1")]),
-        "replay": json.dumps(replay(dep.store, "t1", request_id).llm_calls),
+        "replay": json.dumps(replay(dep.store, "t1", request_id).as_dict()["llm_calls"]),
         "log": caplog.text,
     }
     assert [where for where, text in seen.items() if secret in text] == []

@@ -294,11 +294,11 @@ def test_seed_metadata_reaches_the_pack_the_citation_and_replay(dep: Deployment)
     # Replay, from the audit log alone (in process, and through `govrag replay --json`).
     r = replay(dep.store, "t1", answer.request_id)
     assert r.chain_ok and r.verdict_before_search
-    saw = [c for p in r.model_saw for c in p["chunks"] if c["chunk_id"] == entry.id]
+    saw = [c.model_dump() for p in r.model_saw for c in p.chunks if c.chunk_id == entry.id]
     assert saw == [{"chunk_id": entry.id, "doc_id": entry.id, "score": chunks[0].score,
                     "origin": "session_memory", "writeback": chunks[0].writeback}]  # fmt: skip
     assert r.delivered is not None
-    assert r.delivered["cited_memory"] == [{"chunk_id": entry.id,
+    assert r.as_dict()["delivered"]["cited_memory"] == [{"chunk_id": entry.id,
                                             "writeback": chunks[0].writeback}]  # fmt: skip
     root = dep.settings.deployment
     done = subprocess.run(
@@ -307,4 +307,4 @@ def test_seed_metadata_reaches_the_pack_the_citation_and_replay(dep: Deployment)
         cwd=root, capture_output=True, text=True, timeout=300, env=dict(os.environ),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["delivered"]["cited_memory"] == r.delivered["cited_memory"]
+    assert json.loads(done.stdout)["delivered"]["cited_memory"] == r.as_dict()["delivered"]["cited_memory"]

@@ -167,8 +167,8 @@ def test_replay_reads_one_request_and_its_session_pin_by_index(store: KnowledgeS
     case = next(c for c in FIXTURE["replays"] if c["request_id"].startswith("turn:"))
     reader = Reader(store)
     r = replay(reader, "t1", case["request_id"])
-    assert r.who["route_id"] == "prefetch" and r.who["sub"] == "officer"
-    assert reader.reads == [("events", case["request_id"]), ("pinned", r.who["session_id"]),
+    assert r.who.route_id == "prefetch" and r.who.sub == "officer"
+    assert reader.reads == [("events", case["request_id"]), ("pinned", r.who.session_id),
                             ("verify", None)]  # fmt: skip
 
 

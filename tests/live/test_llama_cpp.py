@@ -259,7 +259,7 @@ def test_every_route_and_pattern_against_llama_cpp(
             assert x.body["max_tokens"] <= 256
         assert all(r["status"] == "ok" for r in results), where
         shown = replay(dep.store, demo.TENANT, answer.request_id)
-        assert shown.chain_ok and all(c["result"] for c in shown.llm_calls), where
+        assert shown.chain_ok and all(c.result for c in shown.llm_calls), where
         assert shown.delivered is not None, where
         row = figures.setdefault(f"pattern {answer.pattern}", {
             "requests": 0, "model_calls": 0, "prompt_tokens": 0, "completion_tokens": 0,

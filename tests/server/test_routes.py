@@ -98,7 +98,7 @@ def test_retrieve_runs_a_proposed_tool_call_through_the_gate(
     assert "wire-limits" not in {h["doc_id"] for h in ben["results"]}
     # The proposal is on record, then the decision: replayable like any request.
     replay = app.operators.replay(ana["request_id"], tenant="bank")
-    assert [p.get("tool") for p in replay.proposed][:1] == ["retrieve_documents"]
+    assert [p.tool for p in replay.proposed][:1] == ["retrieve_documents"]
     assert replay.verdict_before_search
 
 

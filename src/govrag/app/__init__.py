@@ -10,8 +10,6 @@ from govrag.app.examiners import EXAMINER_ROLE, Examiners
 from govrag.app.ingest import IngestOutcome, ProgressFactory
 from govrag.app.operators import Operators, local_principal
 from govrag.app.records import ConfigCheck, Memory, Readiness, SessionInfo
-
-# The typed audit events an observer (``Operators.observe_audit``) reads its rows as.
 from govrag.audit.events import (
     ContextPackEvent,
     IncidentEvent,
@@ -19,6 +17,9 @@ from govrag.audit.events import (
     ValidationEvent,
     parse_event,
 )
+
+# The typed audit events an observer (``Operators.observe_audit``) reads its rows as.
+from govrag.audit.replay_records import Replay
 from govrag.eval.governance import SuiteReport
 from govrag.harvest.sources import SourceStatus, SourceSync
 from govrag.writeback.models import AdmissionGate
@@ -41,6 +42,7 @@ __all__ = [
     "PepDecisionEvent",
     "ProgressFactory",
     "Readiness",
+    "Replay",
     "SessionInfo",
     "SourceStatus",
     "SourceSync",

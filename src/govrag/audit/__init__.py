@@ -7,6 +7,7 @@ The log itself (hash-chained events, written by the store) lives in ``govrag.sto
 
 from __future__ import annotations
 
-from govrag.audit.replay import Replay, replay, shown_request_id
+from govrag.audit.replay import replay, shown_request_id
+from govrag.audit.replay_records import Replay
 
 __all__ = ["Replay", "replay", "shown_request_id"]

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from govrag.app import Replay
 from govrag.server import examples
 from govrag.types import ContextPack, DocumentInfo, HiddenMarker, PackChunk
 
@@ -181,24 +182,11 @@ class Admission(Out):
     reason: str = Field(examples=["admitted", "agent_not_allowed"])
 
 
-class Replayed(Out):
-    """One request rebuilt from the audit log alone (``govrag replay``)."""
+class Replayed(Replay, Out):
+    """One request rebuilt from the audit log alone (``govrag replay``): the typed replay
+    records, as the CLI reads them."""
 
     model_config = examples.config(examples.REPLAYED)
-
-    request_id: str
-    tenant: str
-    who: dict[str, Any]
-    proposed: list[dict[str, Any]]
-    decisions: list[dict[str, Any]]
-    verdict_before_search: bool
-    model_saw: list[dict[str, Any]]
-    llm_calls: list[dict[str, Any]]
-    delivered: dict[str, Any] | None
-    chain_ok: bool
-    incidents: list[dict[str, Any]]
-    error: dict[str, Any] | None
-    unrecognised: list[dict[str, Any]]
 
 
 class Verified(Out):

@@ -128,7 +128,9 @@ def remember(body: MemoryBody, caller: Caller, api: Api) -> Admission:
     return Admission(admitted=result.admitted, id=result.id, reason=result.reason.value)
 
 
-@router.get("/audit/requests/{request_id}", tags=["examiner"],
+# What a record did not set is left out, as in `govrag replay --json` (an older log's replay
+# lacks the fields of later releases, rather than showing them null).
+@router.get("/audit/requests/{request_id}", tags=["examiner"], response_model_exclude_unset=True,
             summary="Replay a request from the audit log (examiner role).")  # fmt: skip
 def replay(request_id: Name, caller: Caller, examiners: Examination) -> Replayed:
     return Replayed.model_validate(examiners.replay(caller, request_id).as_dict())
