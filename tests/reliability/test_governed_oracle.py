@@ -52,12 +52,15 @@ from reliability_figures import record
 from test_acl_oracle import DONE, AclOracle, close_all, queries, run_machines
 
 #: sub -> (email, clearance, entitled corpora): a caller per email of the model (the last one
-#: is never bound to an account: it may read nothing), one entitled to ``c1`` alone.
+#: is never bound to an account: it may read nothing), one entitled to ``c1`` alone, and one
+#: (``u4``) whose claims differ from ``u0``'s only by its email: the result cache must never
+#: hand one the other's ranking, though their clearance and entitlements are the same.
 CALLERS = {
     "u0": (EMAILS[0], 1, CORPORA),
     "u1": (EMAILS[1], 2, CORPORA[:1]),
     "u2": (EMAILS[2], 3, CORPORA),
     "u3": (EMAILS[3], 0, CORPORA),
+    "u4": (EMAILS[2], 1, CORPORA),
 }
 Storage = Callable[[Path], tuple[dict[str, Any], Callable[[], None]]]
 #: What the governed rules saw, over one test's machines: a run whose checks saw no chunk,
