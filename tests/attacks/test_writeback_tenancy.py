@@ -307,4 +307,5 @@ def test_seed_metadata_reaches_the_pack_the_citation_and_replay(dep: Deployment)
         cwd=root, capture_output=True, text=True, timeout=300, env=dict(os.environ),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["delivered"]["cited_memory"] == r.as_dict()["delivered"]["cited_memory"]
+    shown = r.as_dict()["delivered"]["cited_memory"]
+    assert json.loads(done.stdout)["delivered"]["cited_memory"] == shown
