@@ -23,7 +23,7 @@ PUBLIC = {
     "MetadataFilter", "MissingExtraError", "NotFoundError", "Operators", "Principal", "Replay",
     "RetrievalScope", "SearchHit", "SearchRequest", "SearchResult", "SessionInfo",
     "SourceStatus", "StoreError", "Strategy", "VerifiedToken", "WriteBackCandidate",
-    "__version__", "evaluate_beir", "init", "local_principal", "open",
+    "__version__", "evaluate_beir", "init", "local_principal", "open", "restore",
 }  # fmt: skip
 
 #: The use cases every edge (CLI, HTTP, MCP) adapts, by the audience each serves.
@@ -36,6 +36,7 @@ OPERATORS = {
     "ingest", "sources", "replay", "escalations", "audit_verify", "audit_checkpoint",
     "audit_keygen", "audit_rotate_key", "readiness", "curate", "index_verify", "index_rebuild",
     "observe_audit", "config_check", "evaluate_beir", "evaluate_suite", "dev_token", "settings",
+    "back_up",
 }  # fmt: skip
 
 

@@ -60,6 +60,7 @@ if TYPE_CHECKING:
         init,
         local_principal,
         open,
+        restore,
     )
     from govrag.audit.replay_records import Replay
     from govrag.writeback.models import (
@@ -88,6 +89,7 @@ _LAZY = {
     "init": "govrag.app",
     "local_principal": "govrag.app",
     "open": "govrag.app",
+    "restore": "govrag.app",
     "Replay": "govrag.audit.replay_records",
     "AdmissionGate": "govrag.writeback.models",
     "AdmissionResult": "govrag.writeback.models",
@@ -149,4 +151,5 @@ __all__ = [
     "init",
     "local_principal",
     "open",
+    "restore",
 ]

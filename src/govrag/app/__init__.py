@@ -4,6 +4,7 @@ from govrag.agent.listings import CorpusListing, DocumentListing
 from govrag.agent.retrieve import GovernedResult
 from govrag.agent.tool_calls import ToolOutcome
 from govrag.app.api import Govrag
+from govrag.app.backup import BackupReport, RestoreReport, restore
 from govrag.app.callers import Callers
 from govrag.app.entry import evaluate_beir, init, open
 from govrag.app.examiners import EXAMINER_ROLE, Examiners
@@ -27,6 +28,7 @@ from govrag.writeback.models import AdmissionGate
 __all__ = [
     "EXAMINER_ROLE",
     "AdmissionGate",
+    "BackupReport",
     "Callers",
     "ConfigCheck",
     "ContextPackEvent",
@@ -43,6 +45,7 @@ __all__ = [
     "ProgressFactory",
     "Readiness",
     "Replay",
+    "RestoreReport",
     "SessionInfo",
     "SourceStatus",
     "SourceSync",
@@ -54,4 +57,5 @@ __all__ = [
     "local_principal",
     "open",
     "parse_event",
+    "restore",
 ]

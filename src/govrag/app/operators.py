@@ -33,6 +33,7 @@ from govrag.settings import Settings
 from govrag.types import Principal, Strategy
 
 if TYPE_CHECKING:
+    from govrag.app.backup import BackupReport
     from govrag.audit import Replay
     from govrag.audit.anchor import AuditVerification, CheckpointRun
     from govrag.audit.escalations import Escalation
@@ -192,6 +193,14 @@ class Operators:
         """Recreate the derived search indexes from the truth store; chunks indexed per
         tenant."""
         return {t: self._dep.store.rebuild_index(t) for t in self._tenants(tenant)}
+
+    def back_up(self, dest: str | Path) -> BackupReport:
+        """Write a backup of the whole deployment (database snapshot, audit checkpoints and
+        keys, settings and files) to the new folder ``dest``, while the deployment goes on
+        serving; :func:`govrag.restore` puts one back (docs/backup.md)."""
+        from govrag.app.backup import back_up
+
+        return back_up(self._dep, Path(dest))
 
     def observe_audit(self, observer: Callable[[AuditEvent], None]) -> None:
         """Call ``observer(event)`` after each audit event this deployment commits, on the

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from govrag.cli import admin, agent, audit, curate, ingest, mcp, search, serve, token
+from govrag.cli import admin, agent, audit, backup, curate, ingest, mcp, search, serve, token
 
 
 def build() -> typer.Typer:
@@ -23,7 +23,7 @@ def build() -> typer.Typer:
         pretty_exceptions_enable=False,
     )
     app.callback()(_options)
-    for module in (admin, ingest, search, agent, curate, audit, token, serve, mcp):
+    for module in (admin, ingest, search, agent, curate, audit, backup, token, serve, mcp):
         module.register(app)
     return app
 

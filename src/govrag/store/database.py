@@ -20,6 +20,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -62,6 +63,11 @@ class Database(Protocol):
 
     def q(self, tenant: str, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run one statement in its own read transaction and fetch its rows."""
+        ...
+
+    def back_up(self, dest: Path) -> None:
+        """Write the whole database, as one consistent snapshot, to the new file ``dest``
+        while other processes go on writing (an operator's backup)."""
         ...
 
     def close(self) -> None: ...

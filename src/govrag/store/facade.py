@@ -283,3 +283,9 @@ class Store:
 
     def rebuild_index(self, tenant: str) -> int:
         return self._parts.indexes.rebuild_index(tenant)
+
+    def back_up(self, dest: Path) -> None:
+        """The truth store as one consistent snapshot in the new file ``dest`` (SQLite: a
+        database file; PostgreSQL: a ``pg_dump`` archive). Derived indexes are not in it:
+        they are rebuilt from it."""
+        self._db.back_up(dest)

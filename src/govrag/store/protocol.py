@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from govrag.embed.base import Embedder
@@ -176,6 +177,7 @@ class StoreAdmin(Protocol):
     def sync_indexes(self, tenant: str, *, vectors: bool = True) -> None: ...
     def verify_index(self, tenant: str) -> IndexReport: ...
     def rebuild_index(self, tenant: str) -> int: ...
+    def back_up(self, dest: Path) -> None: ...
 
 
 @runtime_checkable

@@ -1,0 +1,251 @@
+"""Backup and restore of a deployment: its truth store, its audit anchor and keys, its files.
+
+A backup is a folder: ``manifest.json``; the database snapshot under ``database/``; the
+deployment directory's own files (settings, principals, routes, manifests, policies, keys,
+checkpoints, source states) under ``deployment/``; and what the settings place outside that
+directory (a checkpoint folder on other storage, a key file elsewhere) under ``outside/<n>/``,
+with the path it came from. The argument for each choice:
+
+- **The audit anchor before the database.** Checkpoints and keys are copied first and the
+  database snapshot is taken after them, so every checkpoint in a backup signs a chain head
+  the backed-up log holds. The other way round, a checkpoint written in between would sign
+  events the snapshot lacks, and the restored log would rightly verify as cut.
+- **One consistent snapshot** of the truth store, taken while other processes go on serving
+  (SQLite's online backup through the store's own connection; PostgreSQL: ``pg_dump``).
+- **Derived indexes are rebuilt, not copied**: a copy of an index another process is
+  committing to may be torn, and the database is what ``govrag index verify`` compares an
+  index with anyway. Restore rebuilds them from the restored database.
+- **Checked before anything is written.** Every file is in the manifest with its size and
+  SHA-256. Restore checks every one and refuses a path that leaves the backup; it builds the
+  deployment in a temporary folder beside the target, opens it (an older release's store
+  migrates here), rebuilds its indexes and verifies its audit chain against the restored
+  checkpoints, and only then renames it into place. A corrupt, partial or tampered backup
+  restores nothing, and an existing deployment or file is never overwritten.
+- **A backup is as secret as the deployment**: it holds every document and the signing key.
+  Its folder is created mode 0700 and each file keeps its mode (the key stays 0600).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from govrag.app.backup_files import (
+    DATABASE_DIR,
+    DEPLOYMENT_DIR,
+    BackupManifest,
+    Copier,
+    Placed,
+    check_backup,
+    fresh_folder,
+    inside,
+    write_manifest,
+)
+from govrag.deployment import Deployment
+from govrag.errors import ConfigError, InputError
+from govrag.harvest.state import STATE_DIR
+from govrag.settings import Settings, load_settings
+from govrag.store.clock import now_iso
+from govrag.store_url import parse_store_url
+
+if TYPE_CHECKING:
+    from govrag.audit.anchor import AuditVerification
+
+
+@dataclass
+class BackupReport:
+    path: str
+    files: int
+    bytes: int
+    store: str
+    seconds: float
+    #: Deployment files left out: links and special files (a backup copies regular files).
+    skipped: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return vars(self).copy()
+
+
+@dataclass
+class RestoreReport:
+    path: str
+    files: int
+    store: str
+    #: Chunks indexed per tenant (the derived indexes, rebuilt from the restored database).
+    indexed: dict[str, int]
+    #: The restored audit chains checked against the restored checkpoints.
+    audit: AuditVerification
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "files": self.files, "store": self.store,
+                "indexed": self.indexed, "audit": self.audit.as_dict()}  # fmt: skip
+
+
+def _anchor_settings(s: Settings) -> list[tuple[str, str]]:
+    """(setting, configured path) of the audit anchor: copied before the database."""
+    a = s.audit
+    found = [("audit.checkpoint_dir", a.checkpoint_dir), ("audit.signing_key", a.signing_key)]
+    if a.verify_key:
+        found.append(("audit.verify_key", a.verify_key))
+    found += [(f"audit.verify_keys[{i}]", v) for i, v in enumerate(a.verify_keys)]
+    if s.auth.jwks_file:
+        found.append(("auth.jwks_file", s.auth.jwks_file))
+    return found
+
+
+def _database_file(s: Settings) -> Path | None:
+    url = parse_store_url(s.store.url)
+    return s.resolve_path(url.path) if url.kind == "sqlite" else None
+
+
+def back_up(dep: Deployment, dest: Path) -> BackupReport:
+    """Write a backup of the deployment to the new folder ``dest`` (see the module)."""
+    started = time.monotonic()
+    s = dep.settings
+    root = s.deployment.resolve()
+    url = parse_store_url(s.store.url)
+    if url.kind == "memory":
+        raise ConfigError("[store] url is sqlite://:memory:, a store that lives and dies with "
+                          "its process; there is nothing to back up")  # fmt: skip
+    dest = dest.resolve()
+    if inside(dest, root):
+        raise InputError(f"the backup folder {str(dest)!r} is inside the deployment "
+                         f"{str(root)!r}; put backups on other storage")  # fmt: skip
+    staging = fresh_folder(dest, "backup")
+    try:
+        copier = Copier(staging)
+        placed: list[Placed] = []
+        # 1. The audit anchor (see the module docstring for why first). Only this once: a
+        # checkpoint written after the snapshot must not be picked up by step 3.
+        anchor = [(setting, s.resolve_path(c).resolve()) for setting, c in _anchor_settings(s)]
+        for setting, path in anchor:
+            if inside(path, root):
+                copier.tree(path, f"{DEPLOYMENT_DIR}/{path.relative_to(root).as_posix()}")
+            elif path.exists():
+                folder = f"outside/{len(placed)}"
+                copier.tree(path, folder)
+                placed.append(Placed(setting=setting, original=str(path), folder=folder))
+        # 2. The truth store, one snapshot.
+        database = f"{DATABASE_DIR}/{'govrag.db' if url.kind == 'sqlite' else 'govrag.pgdump'}"
+        (staging / DATABASE_DIR).mkdir()
+        dep.store.back_up(staging / database)
+        copier.adopt(database)
+        # 3. The rest of the deployment directory: what is not derived or cached.
+        db_file = _database_file(s)
+        left_out = {s.resolve_path(s.store.index_dir).resolve(), *(p for _, p in anchor)}
+        if db_file is not None:
+            db = db_file.resolve()
+            left_out |= {db, *(db.with_name(db.name + x) for x in ("-wal", "-shm", "-journal"))}
+        cache = s.resolve_path(s.embedder.cache_dir).resolve()
+        keep = (root / STATE_DIR).resolve()  # source states live in the cache folder's tree
+        skipped = copier.deployment(root, left_out, cache=cache, keep=keep)
+        manifest = BackupManifest(
+            govrag_version=_version(), created_at=now_iso(),
+            store="sqlite" if url.kind == "sqlite" else "postgresql",
+            schema_version=dep.store.schema_version(), database=database,
+            database_path=None if db_file is None or inside(db_file.resolve(), root)
+            else str(db_file.resolve()),
+            outside=placed, files=copier.files,
+        )  # fmt: skip
+        write_manifest(staging, manifest)
+        os.rename(staging, dest)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return BackupReport(path=str(dest), files=len(copier.files),
+                        bytes=sum(f.size for f in copier.files), store=manifest.store,
+                        seconds=round(time.monotonic() - started, 3),
+                        skipped=skipped)  # fmt: skip
+
+
+def restore(backup: Path, target: Path, *, outside: bool = False) -> RestoreReport:
+    """Restore the backup folder ``backup`` as the new deployment folder ``target``; the
+    result is opened, indexed and verified before it is put in place (see the module).
+
+    Items the backed-up settings kept outside the deployment directory go back to their
+    absolute paths only with ``outside``: a backup from elsewhere must not write anywhere on
+    this machine unasked."""
+    backup = backup.resolve()
+    manifest = check_backup(backup)
+    away = [f"{p.setting} -> {p.original}" for p in manifest.outside]
+    if manifest.database_path is not None:
+        away.append(f"store.url -> {manifest.database_path}")
+    if away and not outside:
+        raise InputError(f"the backup {str(backup)!r} puts {len(away)} item(s) outside the "
+                         f"deployment folder: {'; '.join(away)}; pass --outside to restore "
+                         "them there (nothing there is overwritten)")  # fmt: skip
+    target = target.resolve()
+    staging = fresh_folder(target, "restore")
+    made: list[Path] = []  # what was placed outside the target, removed again on failure
+    try:
+        for f in manifest.files:
+            if f.path.startswith(f"{DEPLOYMENT_DIR}/"):
+                Copier.place(backup / f.path, staging / f.path[len(DEPLOYMENT_DIR) + 1 :], f)
+        for p in manifest.outside:
+            made.append(_place_outside(backup, manifest, p.folder, Path(p.original), p.setting))
+        if manifest.store == "sqlite":
+            db = manifest.database_path
+            if db is not None:
+                made.append(_place_outside(backup, manifest, manifest.database, Path(db),
+                                           "store.url"))  # fmt: skip
+        settings = load_settings(staging)
+        if manifest.store == "sqlite" and manifest.database_path is None:
+            db_file = _database_file(settings)
+            if db_file is None or not inside(db_file.resolve(), staging.resolve()):
+                raise ConfigError("the backup holds a SQLite database, but the restored "
+                                  "govrag.toml's [store] url is not a SQLite file in the "
+                                  "deployment folder (GOVRAG_STORE__URL set?); restore it "
+                                  "as it was, then change the settings")  # fmt: skip
+            Copier.place(backup / manifest.database, db_file, manifest.file(manifest.database))
+        elif manifest.store == "postgresql":
+            from govrag.app.backup_postgres import pg_restore
+
+            pg_restore(settings, backup / manifest.database)
+        indexed, audit = _open_and_check(staging)
+        os.rename(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        for path in made:
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(True)
+        raise
+    return RestoreReport(path=str(target), files=len(manifest.files), store=manifest.store,
+                         indexed=indexed, audit=audit)  # fmt: skip
+
+
+def _place_outside(backup: Path, manifest: BackupManifest, folder: str, original: Path,
+                   setting: str) -> Path:  # fmt: skip
+    """Put an item the settings keep outside the deployment back where it was; refused when
+    something is there already (restore never overwrites)."""
+    if original.exists() and not (original.is_dir() and not any(original.iterdir())):
+        raise InputError(f"{setting} of the backed-up deployment is {str(original)!r}, and "
+                         "something is there already; restore never overwrites: move it "
+                         "away, or restore on a machine where the path is free")  # fmt: skip
+    for f in manifest.files:
+        if f.path == folder:
+            Copier.place(backup / f.path, original, f)
+        elif f.path.startswith(f"{folder}/"):
+            Copier.place(backup / f.path, original / f.path[len(folder) + 1 :], f)
+    return original
+
+
+def _open_and_check(root: Path) -> tuple[dict[str, int], AuditVerification]:
+    """Open the restored deployment (migrating an older store), rebuild its derived indexes
+    and verify its audit chains against its checkpoints."""
+    from govrag.app.operators import Operators
+
+    with Deployment.load(root) as dep:
+        ops = Operators(dep)
+        return ops.index_rebuild(), ops.audit_verify()
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("govrag")
+    except PackageNotFoundError:  # pragma: no cover - a source tree without metadata
+        return "unknown"

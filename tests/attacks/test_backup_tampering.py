@@ -1,0 +1,206 @@
+"""Attacks on backup and restore: a damaged, edited or mixed-up backup, a careless operator.
+
+A backup travels over other storage and through other hands, so restore trusts nothing in it
+(``app/backup_files.py``). Each case below is what a hostile hand or a hurried operator would
+try, and each must end in a clear refusal that leaves nothing behind (no target folder, no
+staging folder, nothing written outside) or, where the files are genuine but do not belong
+together, in a restore that says its audit log does not verify:
+
+- a flipped byte, a missing file, a file swapped for a link, a manifest with a field this
+  govrag does not know: refused before anything is written;
+- a manifest that names ``../`` paths, or absolute places outside the target: refused, and
+  ``--outside`` places items only where nothing is;
+- a restore over an existing deployment, a backup into the deployment itself: refused;
+- the database of an older backup with the checkpoints of a newer one (the manifest "fixed"
+  to match), or an older database copied over a live deployment's: the rewind is reported
+  (``truncated``), never silently accepted;
+- a restore that fails late (its settings do not load) removes what it had placed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import govrag
+
+from conftest import wire_bank
+
+
+@pytest.fixture(scope="module")
+def backups(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two backups of one deployment (``old``, then ``new`` after more audited searches and
+    a checkpoint), and the deployment itself (``live``)."""
+    base = tmp_path_factory.mktemp("backups")
+    root = wire_bank(base / "dep", routes={})
+    with govrag.open(root) as app:
+        ana = govrag.local_principal(app.settings, "ana")
+        app.callers.search(ana, "wire limit")
+        app.operators.audit_checkpoint()
+        old = Path(app.operators.back_up(base / "old").path)
+        for i in range(4):
+            app.callers.search(ana, f"wire limit {i}")
+        app.operators.audit_checkpoint()
+        new = Path(app.operators.back_up(base / "new").path)
+    return {"old": old, "new": new, "live": root}
+
+
+def _copy(backup: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(backup, tmp_path / "copy"))
+
+
+def _manifest(backup: Path) -> dict[str, Any]:
+    return dict(json.loads((backup / "manifest.json").read_text()))
+
+
+def _save(backup: Path, manifest: dict[str, Any]) -> None:
+    (backup / "manifest.json").write_text(json.dumps(manifest))
+
+
+def _relist(backup: Path, manifest: dict[str, Any]) -> None:
+    """What an editor who knows the format does: list every file as it now is."""
+    files = []
+    for path in sorted(p for p in backup.rglob("*") if p.is_file() and p.name != "manifest.json"):
+        data = path.read_bytes()
+        files.append({"path": path.relative_to(backup).as_posix(), "size": len(data),
+                      "sha256": hashlib.sha256(data).hexdigest(), "mode": 0o600})  # fmt: skip
+    _save(backup, manifest | {"files": files})
+
+
+def _nothing_left(tmp_path: Path, target: Path) -> None:
+    assert not target.exists()
+    assert not list(tmp_path.glob(f".{target.name}.restore-*")), "a staging folder was left"
+
+
+def _refused(backup: Path, target: Path, match: str, **kw: Any) -> None:
+    with pytest.raises(govrag.InputError, match=match):
+        govrag.restore(backup, target, **kw)
+    _nothing_left(target.parent, target)
+
+
+def test_a_flipped_byte_in_the_database_restores_nothing(
+    backups: dict[str, Path], tmp_path: Path
+) -> None:
+    copy = _copy(backups["new"], tmp_path)
+    db = copy / "database" / "govrag.db"
+    data = bytearray(db.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    db.write_bytes(bytes(data))
+    _refused(copy, tmp_path / "target", "govrag.db' does not match the manifest")
+
+
+def test_a_missing_or_linked_file_restores_nothing(
+    backups: dict[str, Path], tmp_path: Path
+) -> None:
+    copy = _copy(backups["new"], tmp_path)
+    principals = copy / "deployment" / "principals.json"
+    principals.unlink()
+    principals.symlink_to("/etc/passwd")
+    _refused(copy, tmp_path / "target", "principals.json' is missing from the backup")
+    principals.unlink()
+    _refused(copy, tmp_path / "target", "principals.json' is missing from the backup")
+
+
+def test_an_unknown_field_or_format_is_refused_by_name(
+    backups: dict[str, Path], tmp_path: Path
+) -> None:
+    copy = _copy(backups["new"], tmp_path)
+    manifest = _manifest(copy)
+    _save(copy, manifest | {"trust_me": True})
+    _refused(copy, tmp_path / "target", "trust_me")
+    _save(copy, manifest | {"format": 2})
+    _refused(copy, tmp_path / "target", "format")
+
+
+@pytest.mark.parametrize(
+    "path", ["deployment/../../escape.txt", "/tmp/escape.txt", "elsewhere/escape.txt",
+             "deployment//x", "deployment/./x", "deployment\\..\\x"],
+)  # fmt: skip
+def test_paths_that_leave_the_backup_are_refused(
+    backups: dict[str, Path], tmp_path: Path, path: str
+) -> None:
+    copy = _copy(backups["new"], tmp_path)
+    manifest = _manifest(copy)
+    manifest["files"].append({"path": path, "size": 1, "sha256": "0" * 64, "mode": 0o644})
+    _save(copy, manifest)
+    _refused(copy, tmp_path / "target", "a path outside the backup's folders")
+    assert not (tmp_path / "escape.txt").exists()
+
+
+def test_items_outside_the_target_need_consent_and_a_free_place(
+    backups: dict[str, Path], tmp_path: Path
+) -> None:
+    copy = _copy(backups["new"], tmp_path)
+    manifest = _manifest(copy)
+    (copy / "outside" / "0").mkdir(parents=True)
+    (copy / "outside" / "0" / "planted.pem").write_text("not a key")
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "precious.txt").write_text("keep me")
+    manifest["outside"] = [{"setting": "audit.verify_keys[3]", "original": str(taken),
+                            "folder": "outside/0"}]  # fmt: skip
+    _relist(copy, manifest)
+    _refused(copy, tmp_path / "target", "pass --outside")
+    _refused(copy, tmp_path / "target", "something is there already", outside=True)
+    assert [p.name for p in taken.iterdir()] == ["precious.txt"]
+
+
+def test_a_restore_never_writes_over_a_deployment_and_a_backup_never_into_one(
+    backups: dict[str, Path], tmp_path: Path
+) -> None:
+    live = backups["live"]
+    before = sorted(p.relative_to(live) for p in live.rglob("*"))
+    with pytest.raises(govrag.InputError, match="exists and is not an empty folder"):
+        govrag.restore(backups["new"], live)
+    assert sorted(p.relative_to(live) for p in live.rglob("*")) == before
+    with govrag.open(live) as app, pytest.raises(govrag.InputError, match="inside the deploym"):
+        app.operators.back_up(live / "backups" / "today")
+    assert not (live / "backups").exists()
+    with govrag.open(live) as app, pytest.raises(govrag.InputError, match="not an empty fold"):
+        app.operators.back_up(backups["old"])
+
+
+def test_an_older_database_with_newer_checkpoints_is_reported_as_rewound(
+    backups: dict[str, Path], tmp_path: Path
+) -> None:
+    """The operator takes the database of last week's backup and the checkpoint folder of
+    today's, and fixes up the manifest so the checksums pass."""
+    copy = _copy(backups["old"], tmp_path)
+    shutil.rmtree(copy / "deployment" / "audit-checkpoints")
+    shutil.copytree(backups["new"] / "deployment" / "audit-checkpoints",
+                    copy / "deployment" / "audit-checkpoints")  # fmt: skip
+    _relist(copy, _manifest(copy))
+    done = subprocess.run([sys.executable, "-m", "govrag.cli", "restore", str(copy),
+                           str(tmp_path / "target")], capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "events were removed from the end and the head rewound" in done.stderr
+    assert "does not verify against its checkpoints" in done.stderr
+
+
+def test_an_older_database_copied_over_a_live_one_is_reported_as_rewound(
+    backups: dict[str, Path], tmp_path: Path
+) -> None:
+    live = Path(shutil.copytree(backups["live"], tmp_path / "live"))
+    for name in ("govrag.db-wal", "govrag.db-shm"):
+        (live / name).unlink(missing_ok=True)
+    shutil.copy(backups["old"] / "database" / "govrag.db", live / "govrag.db")
+    with govrag.open(live) as app:
+        kinds = [f.kind for f in app.operators.audit_verify().findings]
+    assert kinds == ["truncated"]
+
+
+def test_a_restore_that_fails_late_leaves_nothing(backups: dict[str, Path], tmp_path: Path) -> None:
+    copy = _copy(backups["new"], tmp_path)
+    (copy / "deployment" / "govrag.toml").write_text("[store]\nurl = 'sqlite:/typo.db'\n")
+    _relist(copy, _manifest(copy))
+    with pytest.raises(govrag.ConfigError):
+        govrag.restore(copy, tmp_path / "target")
+    _nothing_left(tmp_path, tmp_path / "target")
