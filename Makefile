@@ -99,14 +99,17 @@ test-llm: $(VENV)/.stamp-dev $(LLM_VENV)/.stamp
 	  tests/live; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
-# The crash test with many more SIGKILL points than `make test` runs, and the ACL oracles at
-# scale (20,000 queries by 520 identities per backend, 20 times the stateful machines);
+# The crash tests with many more SIGKILL points than `make test` runs (ingest: 300; curation
+# and `govrag serve` under load: 100 each), the ACL oracles at scale (20,000 queries by
+# 520 identities per backend, 20 times the stateful machines), 20 backups restored, and the
+# served load with faults at 2,000 responses per phase and 200 rounds of ended connections;
 # bench/RELIABILITY.md records what they checked (bench/reliability.py).
 soak: $(VENV)/.stamp-dev
 	rm -rf bench/out/reliability bench/out/soak-junit.xml
 	GOVRAG_RELIABILITY_DIR=bench/out/reliability GOVRAG_CRASH_RUNS=300 \
 	GOVRAG_SOAK_QUERIES=20000 GOVRAG_SOAK_RUNS=20 GOVRAG_AUDIT_KILLS=100 \
-	GOVRAG_PG_TERMINATIONS=300 $(BIN)/python -m pytest -q -s \
+	GOVRAG_PG_TERMINATIONS=300 GOVRAG_CRASH_SERVE_RUNS=100 GOVRAG_BACKUP_RUNS=20 \
+	GOVRAG_LOAD_FAULT_REQUESTS=2000 GOVRAG_LOAD_FAULT_KILLS=200 $(BIN)/python -m pytest -q -s \
 	  tests/harvest/test_crash.py tests/reliability --junitxml=bench/out/soak-junit.xml
 	$(BIN)/python -m bench.reliability
 

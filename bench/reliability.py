@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 COMMAND = (
     "GOVRAG_RELIABILITY_DIR=bench/out/reliability GOVRAG_CRASH_RUNS=300 "
     "GOVRAG_SOAK_QUERIES=20000 GOVRAG_SOAK_RUNS=20 GOVRAG_AUDIT_KILLS=100 "
-    "GOVRAG_PG_TERMINATIONS=300 .venv/bin/python -m pytest -q -s "
+    "GOVRAG_PG_TERMINATIONS=300 GOVRAG_CRASH_SERVE_RUNS=100 GOVRAG_BACKUP_RUNS=20 "
+    "GOVRAG_LOAD_FAULT_REQUESTS=2000 GOVRAG_LOAD_FAULT_KILLS=200 .venv/bin/python -m pytest -q -s "
     "tests/harvest/test_crash.py tests/reliability --junitxml=bench/out/soak-junit.xml"
 )
 
