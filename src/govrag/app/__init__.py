@@ -4,13 +4,14 @@ from govrag.agent.listings import CorpusListing, DocumentListing
 from govrag.agent.retrieve import GovernedResult
 from govrag.agent.tool_calls import ToolOutcome
 from govrag.app.api import Govrag
-from govrag.app.backup import BackupReport, RestoreReport, restore
+from govrag.app.backup import BackupReport
 from govrag.app.callers import Callers
 from govrag.app.entry import evaluate_beir, init, open
 from govrag.app.examiners import EXAMINER_ROLE, Examiners
 from govrag.app.ingest import IngestOutcome, ProgressFactory
 from govrag.app.operators import Operators, local_principal
 from govrag.app.records import ConfigCheck, Memory, Readiness, SessionInfo
+from govrag.app.restoring import RestoreReport, restore
 from govrag.audit.events import (
     ContextPackEvent,
     IncidentEvent,

@@ -40,7 +40,7 @@ from govrag.app.backup_files import (
     BackupManifest,
     Copier,
     Placed,
-    check_backup,
+    database_file,
     fresh_folder,
     inside,
     write_manifest,
@@ -48,12 +48,12 @@ from govrag.app.backup_files import (
 from govrag.deployment import Deployment
 from govrag.errors import ConfigError, InputError
 from govrag.harvest.state import STATE_DIR
-from govrag.settings import Settings, load_settings
+from govrag.settings import Settings
 from govrag.store.clock import now_iso
 from govrag.store_url import parse_store_url
 
 if TYPE_CHECKING:
-    from govrag.audit.anchor import AuditVerification
+    pass
 
 
 @dataclass
@@ -70,21 +70,6 @@ class BackupReport:
         return vars(self).copy()
 
 
-@dataclass
-class RestoreReport:
-    path: str
-    files: int
-    store: str
-    #: Chunks indexed per tenant (the derived indexes, rebuilt from the restored database).
-    indexed: dict[str, int]
-    #: The restored audit chains checked against the restored checkpoints.
-    audit: AuditVerification
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "files": self.files, "store": self.store,
-                "indexed": self.indexed, "audit": self.audit.as_dict()}  # fmt: skip
-
-
 def _anchor_settings(s: Settings) -> list[tuple[str, str]]:
     """(setting, configured path) of the audit anchor: copied before the database."""
     a = s.audit
@@ -95,11 +80,6 @@ def _anchor_settings(s: Settings) -> list[tuple[str, str]]:
     if s.auth.jwks_file:
         found.append(("auth.jwks_file", s.auth.jwks_file))
     return found
-
-
-def _database_file(s: Settings) -> Path | None:
-    url = parse_store_url(s.store.url)
-    return s.resolve_path(url.path) if url.kind == "sqlite" else None
 
 
 def back_up(dep: Deployment, dest: Path) -> BackupReport:
@@ -135,7 +115,7 @@ def back_up(dep: Deployment, dest: Path) -> BackupReport:
         dep.store.back_up(staging / database)
         copier.adopt(database)
         # 3. The rest of the deployment directory: what is not derived or cached.
-        db_file = _database_file(s)
+        db_file = database_file(s)
         left_out = {s.resolve_path(s.store.index_dir).resolve(), *(p for _, p in anchor)}
         if db_file is not None:
             db = db_file.resolve()
@@ -160,86 +140,6 @@ def back_up(dep: Deployment, dest: Path) -> BackupReport:
                         bytes=sum(f.size for f in copier.files), store=manifest.store,
                         seconds=round(time.monotonic() - started, 3),
                         skipped=skipped)  # fmt: skip
-
-
-def restore(backup: Path, target: Path, *, outside: bool = False) -> RestoreReport:
-    """Restore the backup folder ``backup`` as the new deployment folder ``target``; the
-    result is opened, indexed and verified before it is put in place (see the module).
-
-    Items the backed-up settings kept outside the deployment directory go back to their
-    absolute paths only with ``outside``: a backup from elsewhere must not write anywhere on
-    this machine unasked."""
-    backup = backup.resolve()
-    manifest = check_backup(backup)
-    away = [f"{p.setting} -> {p.original}" for p in manifest.outside]
-    if manifest.database_path is not None:
-        away.append(f"store.url -> {manifest.database_path}")
-    if away and not outside:
-        raise InputError(f"the backup {str(backup)!r} puts {len(away)} item(s) outside the "
-                         f"deployment folder: {'; '.join(away)}; pass --outside to restore "
-                         "them there (nothing there is overwritten)")  # fmt: skip
-    target = target.resolve()
-    staging = fresh_folder(target, "restore")
-    made: list[Path] = []  # what was placed outside the target, removed again on failure
-    try:
-        for f in manifest.files:
-            if f.path.startswith(f"{DEPLOYMENT_DIR}/"):
-                Copier.place(backup / f.path, staging / f.path[len(DEPLOYMENT_DIR) + 1 :], f)
-        for p in manifest.outside:
-            made.append(_place_outside(backup, manifest, p.folder, Path(p.original), p.setting))
-        if manifest.store == "sqlite":
-            db = manifest.database_path
-            if db is not None:
-                made.append(_place_outside(backup, manifest, manifest.database, Path(db),
-                                           "store.url"))  # fmt: skip
-        settings = load_settings(staging)
-        if manifest.store == "sqlite" and manifest.database_path is None:
-            db_file = _database_file(settings)
-            if db_file is None or not inside(db_file.resolve(), staging.resolve()):
-                raise ConfigError("the backup holds a SQLite database, but the restored "
-                                  "govrag.toml's [store] url is not a SQLite file in the "
-                                  "deployment folder (GOVRAG_STORE__URL set?); restore it "
-                                  "as it was, then change the settings")  # fmt: skip
-            Copier.place(backup / manifest.database, db_file, manifest.file(manifest.database))
-        elif manifest.store == "postgresql":
-            from govrag.app.backup_postgres import pg_restore
-
-            pg_restore(settings, backup / manifest.database)
-        indexed, audit = _open_and_check(staging)
-        os.rename(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        for path in made:
-            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(True)
-        raise
-    return RestoreReport(path=str(target), files=len(manifest.files), store=manifest.store,
-                         indexed=indexed, audit=audit)  # fmt: skip
-
-
-def _place_outside(backup: Path, manifest: BackupManifest, folder: str, original: Path,
-                   setting: str) -> Path:  # fmt: skip
-    """Put an item the settings keep outside the deployment back where it was; refused when
-    something is there already (restore never overwrites)."""
-    if original.exists() and not (original.is_dir() and not any(original.iterdir())):
-        raise InputError(f"{setting} of the backed-up deployment is {str(original)!r}, and "
-                         "something is there already; restore never overwrites: move it "
-                         "away, or restore on a machine where the path is free")  # fmt: skip
-    for f in manifest.files:
-        if f.path == folder:
-            Copier.place(backup / f.path, original, f)
-        elif f.path.startswith(f"{folder}/"):
-            Copier.place(backup / f.path, original / f.path[len(folder) + 1 :], f)
-    return original
-
-
-def _open_and_check(root: Path) -> tuple[dict[str, int], AuditVerification]:
-    """Open the restored deployment (migrating an older store), rebuild its derived indexes
-    and verify its audit chains against its checkpoints."""
-    from govrag.app.operators import Operators
-
-    with Deployment.load(root) as dep:
-        ops = Operators(dep)
-        return ops.index_rebuild(), ops.audit_verify()
 
 
 def _version() -> str:

@@ -19,6 +19,8 @@ from typing import BinaryIO, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from govrag.errors import InputError
+from govrag.settings import Settings
+from govrag.store_url import parse_store_url
 
 MANIFEST = "manifest.json"
 DATABASE_DIR = "database"
@@ -66,6 +68,11 @@ class BackupManifest(_Record):
 
     def file(self, path: str) -> BackupFile:
         return next(f for f in self.files if f.path == path)
+
+
+def database_file(s: Settings) -> Path | None:
+    url = parse_store_url(s.store.url)
+    return s.resolve_path(url.path) if url.kind == "sqlite" else None
 
 
 def inside(path: Path, root: Path) -> bool:
