@@ -5,14 +5,17 @@ Hypothesis drives a :class:`~hypothesis.stateful.RuleBasedStateMachine` through 
 deployment sees over time, each through the ingest path a connector uses, and after any of
 them searches as every caller in every strategy (:func:`acl_model.check_searches`):
 
-- identities bound, rebound to a new email (compare and set) and unbound; a claim on an
-  account another email owns is refused and changes nothing;
+- identities bound, rebound to a new email (compare and set) and unbound, each record's
+  emails in any case (an address matches in every case); a claim on an account another email
+  owns, a rebind naming the wrong previous owner and an unbind sent for someone who does not
+  own the account are refused or do nothing, and change nothing;
 - group memberships replaced (nesting and cycles allowed);
 - documents added, re-sent with another text, ACL (grant, revoke, public), classification,
   corpus or author, and deleted;
 - the process switched: two handles on the same storage, as two processes of one deployment
   (each with its own lexical index, as on two hosts); changes and searches go through
-  either.
+  either; and changes sent by another OS process (``ingest_child.py``) with a handle of
+  its own.
 
 The model knows nothing of the store: plain dictionaries, the same reference searches as the
 random-world test. Both backends; bounded here, ``GOVRAG_DEEP`` (``make test-slow``) runs
@@ -22,11 +25,16 @@ four times the examples, and ``make soak`` runs :data:`SOAK_RUNS` times as many 
 from __future__ import annotations
 
 import itertools
+import json
 import os
+import subprocess
+import sys
 import tempfile
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -45,6 +53,7 @@ from govrag.harvest.records import DeleteRecord, IdentityRecord, Record
 from govrag.store.protocol import KnowledgeStore
 from govrag.store.sqlite import SQLiteStore
 from govrag.testing import PgServer
+from govrag.types import Classification
 
 from acl_model import (
     ACCOUNTS,
@@ -60,6 +69,7 @@ from acl_model import (
     doc_record,
 )
 from conftest import (
+    PG_APP_ROLE,
     drop_pg_database,
     examples,
     group,
@@ -82,16 +92,66 @@ authors = st.none() | st.sampled_from(ACCOUNTS)
 queries = st.lists(st.sampled_from(VOCAB), min_size=1, max_size=5).map(" ".join)
 
 Key = tuple[str, str, str]  # tenant, source system, account / group / external id
+ALL_ACCOUNTS: list[Key] = list(itertools.product(TENANTS, SYSTEMS, ACCOUNTS))
 #: Opens two handles on new storage under a folder (as two processes of one deployment
 #: would have them), and gives what closes both and disposes of the storage.
 Opener = Callable[[Path], tuple[tuple[KnowledgeStore, KnowledgeStore], Callable[[], None]]]
 
 
+class Writer:
+    """Another OS process that sends changes through its own store handle
+    (``ingest_child.py``); one per test, opened on each machine's storage in turn."""
+
+    def __init__(self) -> None:
+        child = Path(__file__).with_name("ingest_child.py")
+        self.process = subprocess.Popen([sys.executable, str(child)], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True)  # fmt: skip
+
+    def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(json.dumps(message) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        assert line, f"the writer process died (exit code {self.process.poll()})"
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def open(self, store: dict[str, str]) -> None:
+        self._ask({"op": "open", "store": store})
+
+    def close(self) -> None:
+        self._ask({"op": "close"})
+
+    def send(self, tenant: str, record: Record) -> IngestReport:
+        line = record.model_dump(mode="json")
+        if isinstance(line.get("classification"), int):  # as a feed names it
+            line["classification"] = Classification(line["classification"]).name.lower()
+        a = self._ask({"op": "send", "tenant": tenant, "record": line})
+        return IngestReport(errors=a["errors"], conflicts=a["conflicts"], messages=a["messages"])
+
+    def stop(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait(60)
+
+
+@contextmanager
+def writer() -> Iterator[Writer]:
+    w = Writer()
+    try:
+        yield w
+    finally:
+        w.stop()
+
+
 class AclOracle(RuleBasedStateMachine):
     """One store and the model of what was sent to it."""
 
-    def __init__(self, open_stores: Opener):
+    def __init__(self, open_stores: Opener, child: Writer | None = None):
         super().__init__()
+        #: Another OS process the changes may go through (see :meth:`switch_process`).
+        self.child = child
+        self.via_child = False
         self._tmp = tempfile.TemporaryDirectory(prefix="govrag-oracle-")
         self.stores, self._dispose = open_stores(Path(self._tmp.name))
         #: The handle the next write goes through (a rule may switch it).
@@ -112,6 +172,10 @@ class AclOracle(RuleBasedStateMachine):
     # -- what a connector sends --------------------------------------------------------------
     def _send(self, tenant: str, record: Record) -> IngestReport:
         DONE["changes sent"] += 1
+        if self.via_child and self.child is not None:
+            DONE["changes sent by another process"] += 1
+            self.searched = False
+            return self.child.send(tenant, record)
         ingestor = Ingestor(self.store, tenant, embedder=self.store.embedder)
         ingestor.add("oracle", record)
         ingestor.flush()
@@ -166,7 +230,7 @@ class AclOracle(RuleBasedStateMachine):
           system=st.sampled_from(SYSTEMS), account=st.sampled_from(ACCOUNTS))  # fmt: skip
     def bind(self, tenant: str, email: str, system: str, account: str) -> None:
         owner = self.owners.get((tenant, system, account))
-        report = self._send(tenant, ident(email, account, system))
+        report = self._send(tenant, ident(email.upper() if owner else email, account, system))
         if owner is None or owner == email:
             assert report.errors == 0, report.messages
             self.owners[(tenant, system, account)] = email
@@ -179,17 +243,46 @@ class AclOracle(RuleBasedStateMachine):
         key = data.draw(st.sampled_from(sorted(self.owners)), label="account")
         tenant, system, account = key
         record = IdentityRecord(type="identity", email=email, source_system=system,
-                                account_id=account, previous_email=self.owners[key])  # fmt: skip
+                                account_id=account,
+                                previous_email=self.owners[key].capitalize())  # fmt: skip
         self._accepted(tenant, record)
         self.owners[key] = email
+
+    @rule(data=st.data(), email=st.sampled_from(EMAILS[:3]))
+    def rebind_from_the_wrong_owner(self, data: st.DataObject, email: str) -> None:
+        """A rebind whose previous owner is not the account's changes nothing: refused, or a
+        no-op when the account is the new email's already."""
+        key = data.draw(st.sampled_from(ALL_ACCOUNTS), label="account")  # owned or not
+        tenant, system, account = key
+        owner = self.owners.get(key)
+        wrong = data.draw(st.sampled_from([e for e in EMAILS if e not in (owner, email)]))
+        record = IdentityRecord(type="identity", email=email, source_system=system,
+                                account_id=account, previous_email=wrong)  # fmt: skip
+        report = self._send(tenant, record)
+        if owner == email:
+            assert report.errors == 0, report.messages
+        else:
+            assert report.conflicts == 1, report.messages
+
+    @precondition(lambda self: bool(self.owners))
+    @rule(data=st.data())
+    def unbind_for_another(self, data: st.DataObject) -> None:
+        """An unbind sent for an email that does not own the account removes nothing."""
+        key = data.draw(st.sampled_from(sorted(self.owners)), label="account")
+        tenant, system, account = key
+        other = data.draw(st.sampled_from([e for e in EMAILS if e != self.owners[key]]))
+        record = IdentityRecord(type="identity", email=other, source_system=system,
+                                account_id=account, active=False)  # fmt: skip
+        self._accepted(tenant, record)
 
     @precondition(lambda self: bool(self.owners))
     @rule(data=st.data())
     def unbind(self, data: st.DataObject) -> None:
         key = data.draw(st.sampled_from(sorted(self.owners)), label="account")
         tenant, system, account = key
-        record = IdentityRecord(type="identity", email=self.owners[key], source_system=system,
-                                account_id=account, active=False)  # fmt: skip
+        record = IdentityRecord(type="identity", email=self.owners[key].upper(),
+                                source_system=system, account_id=account,
+                                active=False)  # fmt: skip
         self._accepted(tenant, record)
         del self.owners[key]
 
@@ -246,11 +339,14 @@ class AclOracle(RuleBasedStateMachine):
         del self.docs[key]
 
     # -- processes -------------------------------------------------------------------------
-    @rule(other=st.booleans())
-    def switch_process(self, other: bool) -> None:
+    @rule(to=st.integers(min_value=0, max_value=2))
+    def switch_process(self, to: int) -> None:
         """Later writes and searches go through the other handle: what one process wrote,
-        the other must search with the same rights (its derived indexes catch up)."""
-        self.store = self.stores[int(other)]
+        the other must search with the same rights (its derived indexes catch up). ``2``:
+        later changes are sent by another OS process, when the test runs one."""
+        self.via_child = to == 2 and self.child is not None
+        if to < 2:
+            self.store = self.stores[to]
 
     # -- searches --------------------------------------------------------------------------
     @rule(query=queries, k=st.integers(min_value=1, max_value=6),
@@ -312,16 +408,26 @@ def test_sqlite_holds_the_reference_model_as_the_world_changes() -> None:
         other = SQLiteStore(root / "govrag.db", index_dir=root / "index-b",
                             embedder=HashEmbedder(dim=64))  # fmt: skip
         stores = (make_store(root), other)
-        return stores, lambda: close_all(stores)
+        child.open({"kind": "sqlite", "db": str(root / "govrag.db"),
+                    "index": str(root / "index-c")})  # fmt: skip
 
-    run_machines(lambda: AclOracle(open_stores), machines=examples(60), steps=40,
-                 name="acl-oracle-sqlite")  # fmt: skip
+        def dispose() -> None:
+            child.close()
+            close_all(stores)
+
+        return stores, dispose
+
+    with writer() as child:
+        run_machines(lambda: AclOracle(open_stores, child), machines=examples(60), steps=40,
+                     name="acl-oracle-sqlite")  # fmt: skip
 
 
 # The connection pool's background threads draw from the global random module (jitter)
 # while Hypothesis draws: not this test's strategies, which use none.
 @pytest.mark.filterwarnings("ignore:Do not use the `random` module inside strategies")
 def test_postgres_holds_the_reference_model_as_the_world_changes(pg_cluster: PgServer) -> None:
+    from psycopg.conninfo import make_conninfo
+
     def open_stores(root: Path) -> tuple[tuple[KnowledgeStore, KnowledgeStore], Callable[[], None]]:
         dsn = new_pg_database(pg_cluster)
         # Each process keeps its own lexical index, as on two hosts.
@@ -329,12 +435,16 @@ def test_postgres_holds_the_reference_model_as_the_world_changes(pg_cluster: PgS
             make_pg_store(pg_cluster, dsn, root / "a"),
             make_pg_store(pg_cluster, dsn, root / "b"),
         )
+        child.open({"kind": "postgres", "url": make_conninfo(dsn, user=PG_APP_ROLE),
+                    "admin_url": dsn, "index": str(root / "c")})  # fmt: skip
 
         def dispose() -> None:
+            child.close()
             close_all(stores)
             drop_pg_database(pg_cluster, dsn)
 
         return stores, dispose
 
-    run_machines(lambda: AclOracle(open_stores), machines=examples(15), steps=30,
-                 name="acl-oracle-postgres")  # fmt: skip
+    with writer() as child:
+        run_machines(lambda: AclOracle(open_stores, child), machines=examples(15), steps=30,
+                     name="acl-oracle-postgres")  # fmt: skip

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +31,15 @@ from hypothesis import strategies as st
 from hypothesis.stateful import invariant, precondition, rule
 
 import govrag
-from govrag.app import Govrag
+from govrag.app import Govrag, Memory
 from govrag.deployment import Deployment
+from govrag.errors import NotFoundError
 from govrag.harvest.ingest import IngestReport
 from govrag.harvest.records import Record
 from govrag.store.protocol import KnowledgeStore
 from govrag.testing import PgServer
-from govrag.types import HiddenMarker, Principal, Strategy
+from govrag.types import ChunkOrigin, HiddenMarker, Principal, Strategy
+from govrag.writeback.models import AdmissionGate
 
 from acl_model import (
     CORPORA,
@@ -78,7 +81,9 @@ def _deployment(root: Path, store: dict[str, Any]) -> Deployment:
 
 
 def _open(root: Path, store: dict[str, Any], **overrides: Any) -> Deployment:
-    return Deployment.load(root, store=store, embedder={"name": "hash", "dim": 64}, **overrides)
+    writeback = {"enabled": True, "allowed_agents": sorted(CALLERS)}
+    return Deployment.load(root, store=store, embedder={"name": "hash", "dim": 64},
+                           writeback=writeback, **overrides)  # fmt: skip
 
 
 class GovernedOracle(AclOracle):
@@ -116,6 +121,10 @@ class GovernedOracle(AclOracle):
         self.recent: list[tuple[str, Strategy, int]] = []
         #: Whether a change was sent since the invariant last ran.
         self.changed = False
+        #: Each caller's own session (opened at its first memory), and what was remembered
+        #: in each session: the only memory a search in that session may show.
+        self.sessions: dict[str, str] = {}
+        self.memories: dict[str, set[str]] = {}
 
     def _caller(self, sub: str) -> tuple[Principal, set[str], list[str]]:
         """The caller, the documents it may read now, and the corpora it may search."""
@@ -187,8 +196,17 @@ class GovernedOracle(AclOracle):
             caller, can, entitled = self._caller(sub)
             first = self.app.callers.search(caller, query, strategy=strategy, top_k=k)
             again = self.app.callers.search(caller, query, strategy=strategy, top_k=k)
-            for result in (first, again):
+            own = self.sessions.get(sub)
+            within = [] if own is None else [
+                self.app.callers.search(caller, query, strategy=strategy, top_k=k, session=own)
+            ]  # fmt: skip
+            for result, session in ((first, None), (again, None), *((r, own) for r in within)):
                 chunks = [c for p in result.packs for c in p.chunks]
+                memory = {c.text for c in chunks if c.origin == ChunkOrigin.SESSION_MEMORY}
+                # Memory only in the session it was written in, and only what was written.
+                assert memory <= self.memories.get(session or "", set()), (sub, memory)
+                SEEN["memories shown"] += len(memory)
+                chunks = [c for c in chunks if c.origin != ChunkOrigin.SESSION_MEMORY]
                 leaked = {c.doc_id for c in chunks} - can
                 assert not leaked, f"{sub} was handed {sorted(leaked)} ({query!r}, {strategy})"
                 self._check_marker(result.hidden, query, can, entitled, sub)
@@ -217,6 +235,65 @@ class GovernedOracle(AclOracle):
             SEEN["citations"] += len(cited)
             SEEN["governed answers"] += 1
             self._check_marker(answer.hidden, question, can, entitled, sub)
+
+    @rule(sub=st.sampled_from(sorted(CALLERS)), words=queries,
+          gate=st.sampled_from(list(AdmissionGate)))  # fmt: skip
+    def remember(self, sub: str, words: str, gate: AdmissionGate) -> None:
+        """A caller writes memory back into its own session through the admission gates:
+        admitted unless raw model output; it shows in that session's searches only."""
+        caller, _, _ = self._caller(sub)
+        if sub not in self.sessions:
+            self.sessions[sub] = self.app.callers.open_session(caller).session_id
+        session = self.sessions[sub]
+        n = sum(len(m) for m in self.memories.values())
+        memory = Memory(
+            source_turn_id=f"turn-{n}",
+            gate=gate,
+            content=f"{words} memo{n}",
+            confidence=0.9,
+            expires_at=datetime.now(UTC) + timedelta(days=1),
+        )
+        result = self.app.callers.remember(caller, session, memory)
+        assert result.admitted == (gate != AdmissionGate.RAW_MODEL_OUTPUT), result
+        if result.admitted:
+            self.memories.setdefault(session, set()).add(memory.content)
+            SEEN["memories written"] += 1
+
+    @rule()
+    def list_corpora(self) -> None:
+        """Every caller lists the route's corpora: exactly those of its scope it is entitled
+        to, in scope order (never one of another tenant, never one it may not search)."""
+        for sub, (_, _, entitled) in CALLERS.items():
+            caller, _, _ = self._caller(sub)
+            listed = [c.corpus for c in self.app.callers.corpora(caller).corpora]
+            assert listed == [c for c in CORPORA if c in entitled], (sub, listed)
+            SEEN["corpus listings"] += 1
+
+    @precondition(lambda self: bool(self.docs))
+    @rule(data=st.data())
+    def document_metadata(self, data: st.DataObject) -> None:
+        """Every caller asks for one document's metadata: given when it may read it now,
+        otherwise the one answer of a document that does not exist (of any tenant)."""
+        d = data.draw(st.sampled_from(sorted(self.docs.values(), key=lambda d: d.ext)))
+        for sub in CALLERS:
+            caller, can, _ = self._caller(sub)
+            try:
+                got = self.app.callers.document(caller, d.system, d.ext).document
+            except NotFoundError as exc:
+                assert d.ext not in can, f"{sub} was refused {d.ext}, which it may read"
+                absent = str(self._absent(caller, d.system)).replace("{ext}", d.ext)
+                assert str(exc) == absent, (str(exc), absent)
+                continue
+            assert d.ext in can and d.tenant == "t1", f"{sub} was shown {d.ext}"
+            assert (got.external_id, got.corpus) == (d.ext, d.corpus)
+            SEEN["documents shown"] += 1
+
+    def _absent(self, caller: Principal, system: str) -> NotFoundError:
+        try:
+            self.app.callers.document(caller, system, "no-such-document")
+        except NotFoundError as exc:
+            return NotFoundError(str(exc).replace("no-such-document", "{ext}"))
+        raise AssertionError("a document that does not exist was found")
 
     def _check_marker(
         self, hidden: HiddenMarker, query: str, can: set[str], entitled: Sequence[str], sub: str
@@ -250,7 +327,8 @@ def test_governed_sqlite_holds_the_reference_model() -> None:
     record("governed-oracle-sqlite", {"steps per machine (at most)": 30, **DONE, **SEEN})
     print(f"\ngoverned oracle: {dict(SEEN)}")
     assert min(SEEN["chunks"], SEEN["citations"], SEEN["markers"],
-               SEEN["grants through a group"]) > 0, SEEN  # fmt: skip
+               SEEN["grants through a group"], SEEN["documents shown"],
+               SEEN["memories shown"]) > 0, SEEN  # fmt: skip
 
 
 # The connection pool's background threads draw from the global random module (jitter)
