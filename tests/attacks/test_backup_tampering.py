@@ -14,7 +14,14 @@ together, in a restore that says its audit log does not verify:
 - the database of an older backup with the checkpoints of a newer one (the manifest "fixed"
   to match), or an older database copied over a live deployment's: the rewind is reported
   (``truncated``), never silently accepted;
-- a restore that fails late (its settings do not load) removes what it had placed.
+- a restore that fails late (its settings do not load) removes what it had placed;
+- restored settings that point a path restore writes or reads (the index, the checkpoints,
+  the keys, the database) outside the target, by an edited ``govrag.toml`` or an operator's
+  environment, are refused before anything is written there (a live deployment's index on
+  the same machine stays as it was);
+- a folder of the backup swapped for a link, a recorded mode of 0777, a backup into the
+  checkpoint folder: refused, masked, refused;
+- a checkpoint folder that is a link to other storage comes back as that link.
 """
 
 from __future__ import annotations
@@ -204,3 +211,119 @@ def test_a_restore_that_fails_late_leaves_nothing(backups: dict[str, Path], tmp_
     with pytest.raises(govrag.ConfigError):
         govrag.restore(copy, tmp_path / "target")
     _nothing_left(tmp_path, tmp_path / "target")
+
+
+def test_restored_settings_may_not_point_restore_outside_the_target(
+    backups: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An edited govrag.toml, or the operator's environment, naming another deployment's
+    index: the restore refuses before it rebuilds anything there."""
+    victim = tmp_path / "live-index"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("a live deployment's index")
+    copy = _copy(backups["new"], tmp_path)
+    toml = copy / "deployment" / "govrag.toml"
+    toml.write_text(toml.read_text().replace('index_dir = "index"', f'index_dir = "{victim}"'))
+    _relist(copy, _manifest(copy))
+    with pytest.raises(govrag.ConfigError, match=r"store\.index_dir"):
+        govrag.restore(copy, tmp_path / "target")
+    _nothing_left(tmp_path, tmp_path / "target")
+    monkeypatch.setenv("GOVRAG_STORE__INDEX_DIR", str(victim))
+    with pytest.raises(govrag.ConfigError, match=r"store\.index_dir"):
+        govrag.restore(backups["new"], tmp_path / "target")
+    monkeypatch.delenv("GOVRAG_STORE__INDEX_DIR")
+    monkeypatch.setenv("GOVRAG_STORE__URL", f"sqlite:///{tmp_path / 'elsewhere.db'}")
+    with pytest.raises(govrag.ConfigError, match="not the SQLite file the backup holds"):
+        govrag.restore(backups["new"], tmp_path / "target")
+    assert [p.name for p in victim.iterdir()] == ["keep.txt"]
+    assert not (tmp_path / "elsewhere.db").exists()
+    _nothing_left(tmp_path, tmp_path / "target")
+
+
+def test_a_folder_swapped_for_a_link_is_not_followed(
+    backups: dict[str, Path], tmp_path: Path
+) -> None:
+    """The manifest lists deployment/keys/...; the folder is now a link to a secret's folder
+    with files of the same names: nothing is read through it."""
+    copy = _copy(backups["new"], tmp_path)
+    elsewhere = Path(shutil.copytree(copy / "deployment" / "keys", tmp_path / "secret-keys"))
+    shutil.rmtree(copy / "deployment" / "keys")
+    (copy / "deployment" / "keys").symlink_to(elsewhere)
+    _refused(copy, tmp_path / "target", "keys/audit-signing-key.pem' is missing from the backup")
+
+
+def test_recorded_modes_never_open_a_file_to_others(
+    backups: dict[str, Path], tmp_path: Path
+) -> None:
+    copy = _copy(backups["new"], tmp_path)
+    manifest = _manifest(copy)
+    for f in manifest["files"]:
+        f["mode"] = 0o777
+    _save(copy, manifest)
+    govrag.restore(copy, tmp_path / "target")
+    target = tmp_path / "target"
+    assert (target / "keys" / "audit-signing-key.pem").stat().st_mode & 0o777 == 0o600
+    assert (target / "keys").stat().st_mode & 0o777 == 0o700
+    assert (target / "principals.json").stat().st_mode & 0o777 == 0o755
+    backup = backups["new"]
+    assert (backup / "database" / "govrag.db").stat().st_mode & 0o077 == 0
+    assert all(d.stat().st_mode & 0o077 == 0 for d in backup.rglob("*") if d.is_dir())
+
+
+def test_an_outside_item_inside_the_target_or_a_failed_placement_leaves_nothing(
+    backups: dict[str, Path], tmp_path: Path
+) -> None:
+    copy = _copy(backups["new"], tmp_path)
+    manifest = _manifest(copy)
+    (copy / "outside" / "0").mkdir(parents=True)
+    (copy / "outside" / "0" / "a.pub").write_text("a")
+    inside = {"setting": "audit.verify_keys[3]", "original": str(tmp_path / "target" / "k"),
+              "folder": "outside/0"}  # fmt: skip
+    _relist(copy, manifest | {"outside": [inside]})
+    _refused(copy, tmp_path / "target", "overlaps the target", outside=True)
+    # A placement that succeeds, then a restore that fails later (its settings do not load):
+    # what it made outside goes, a folder that was there (empty) stays.
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    manifest["outside"] = [inside | {"original": str(kept / "new" / "deep")},
+                           inside | {"original": str(kept), "folder": "outside/1"}]  # fmt: skip
+    (copy / "outside" / "1").mkdir()
+    (copy / "outside" / "1" / "b.pub").write_text("b")
+    (copy / "deployment" / "govrag.toml").write_text("[store]\nurl = 'sqlite:/typo.db'\n")
+    _relist(copy, manifest)
+    with pytest.raises(govrag.ConfigError):
+        govrag.restore(copy, tmp_path / "target", outside=True)
+    _nothing_left(tmp_path, tmp_path / "target")
+    assert kept.is_dir() and list(kept.iterdir()) == []
+
+
+def test_a_backup_is_never_written_into_the_audit_anchor(
+    backups: dict[str, Path], tmp_path: Path
+) -> None:
+    worm = tmp_path / "worm"  # checkpoints on storage of their own
+    refused = pytest.raises(govrag.InputError, match=r"inside audit\.checkpoint_dir")
+    with govrag.open(backups["live"], audit={"checkpoint_dir": str(worm)}) as app, refused:
+        app.operators.back_up(worm / "backups" / "today")
+    assert not (worm / "backups").exists()
+
+
+def test_a_checkpoint_folder_linked_to_other_storage_comes_back_as_that_link(
+    tmp_path: Path,
+) -> None:
+    root = wire_bank(tmp_path / "dep", routes={})
+    worm = tmp_path / "worm"
+    if (root / "audit-checkpoints").exists():
+        shutil.move(root / "audit-checkpoints", worm)
+    worm.mkdir(exist_ok=True)
+    (root / "audit-checkpoints").symlink_to(worm)
+    with govrag.open(root) as app:
+        app.callers.search(govrag.local_principal(app.settings, "ana"), "wire limit")
+        app.operators.audit_checkpoint()
+        (worm / "t-bank" / ".zz-being-written.tmp").write_text("half a checkpoint")
+        report = app.operators.back_up(tmp_path / "backup")
+    assert report.skipped == []
+    assert not any(".tmp" in f["path"] for f in _manifest(Path(report.path))["files"])
+    shutil.move(worm, tmp_path / "worm-moved")  # the old storage is gone; the path is free
+    restored = govrag.restore(Path(report.path), tmp_path / "restored", outside=True)
+    assert restored.audit.ok, [f.message for f in restored.audit.findings]
+    assert (tmp_path / "restored" / "audit-checkpoints").resolve() == worm

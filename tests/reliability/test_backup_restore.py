@@ -224,7 +224,12 @@ def test_postgres_backup_restores_into_a_new_empty_database(
         backup = app.operators.back_up(tmp_path / "backup")
     assert backup.store == "postgresql"
     empty = _empty_database(pg_cluster, store, "restored_bank")
-    # Restoring over the database it came from is refused: a restore never merges.
+    # Never into the database the backed-up settings name, unasked ...
+    with pytest.raises(govrag.ConfigError, match="a new, empty database you name"):
+        govrag.restore(Path(backup.path), tmp_path / "refused")
+    # ... and, named, never over a store: a restore never merges.
+    monkeypatch.setenv("GOVRAG_STORE__URL", store["url"])
+    monkeypatch.setenv("GOVRAG_STORE__ADMIN_URL", store["admin_url"])
     with pytest.raises(govrag.ConfigError, match="holds a govrag store already"):
         govrag.restore(Path(backup.path), tmp_path / "refused")
     assert not (tmp_path / "refused").exists()

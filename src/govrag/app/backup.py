@@ -15,14 +15,18 @@ with the path it came from. The argument for each choice:
 - **Derived indexes are rebuilt, not copied**: a copy of an index another process is
   committing to may be torn, and the database is what ``govrag index verify`` compares an
   index with anyway. Restore rebuilds them from the restored database.
-- **Checked before anything is written.** Every file is in the manifest with its size and
-  SHA-256. Restore checks every one and refuses a path that leaves the backup; it builds the
-  deployment in a temporary folder beside the target, opens it (an older release's store
-  migrates here), rebuilds its indexes and verifies its audit chain against the restored
-  checkpoints, and only then renames it into place. A corrupt, partial or tampered backup
-  restores nothing, and an existing deployment or file is never overwritten.
+- **Checked before anything is in place.** Every file is in the manifest with its size and
+  SHA-256. Restore (:mod:`govrag.app.restoring`) reads each once, checked, into a staging
+  folder beside the target, confines the restored settings to it, opens it (an older
+  release's store migrates here), rebuilds its indexes and verifies its audit chain against
+  the restored checkpoints, and only then renames it into place. A corrupt, partial or
+  tampered backup restores nothing, and an existing deployment or file is never overwritten.
 - **A backup is as secret as the deployment**: it holds every document and the signing key.
-  Its folder is created mode 0700 and each file keeps its mode (the key stays 0600).
+  Its folders are created mode 0700, the database snapshot 0600, and each file keeps its
+  mode (the key stays 0600).
+- **Nothing is written where the deployment keeps its evidence or its derived state**: a
+  backup folder inside the deployment, its checkpoint folder, its keys, its index or its
+  model cache is refused.
 """
 
 from __future__ import annotations
@@ -92,26 +96,57 @@ def back_up(dep: Deployment, dest: Path) -> BackupReport:
         raise ConfigError("[store] url is sqlite://:memory:, a store that lives and dies with "
                           "its process; there is nothing to back up")  # fmt: skip
     dest = dest.resolve()
+    anchor = [(setting, s.resolve_path(c)) for setting, c in _anchor_settings(s)]
+    derived = [("store.index_dir", s.resolve_path(s.store.index_dir)),
+               ("embedder.cache_dir", s.resolve_path(s.embedder.cache_dir))]  # fmt: skip
     if inside(dest, root):
         raise InputError(f"the backup folder {str(dest)!r} is inside the deployment "
                          f"{str(root)!r}; put backups on other storage")  # fmt: skip
+    for setting, path in anchor + derived:
+        if inside(dest, path.resolve()):
+            raise InputError(f"the backup folder {str(dest)!r} is inside {setting} "
+                             f"({str(path.resolve())!r}); put backups on storage of their "
+                             "own")  # fmt: skip
+    try:
+        return _back_up(dep, dest, root, anchor, started)
+    except OSError as exc:
+        raise InputError(f"cannot write the backup {str(dest)!r}: {exc.strerror or exc}"
+                         + (f" ({exc.filename})" if exc.filename else "")
+                         + "; check the folder's permissions and free space") from exc  # fmt: skip
+
+
+def _back_up(dep: Deployment, dest: Path, root: Path, anchor: list[tuple[str, Path]],
+             started: float) -> BackupReport:  # fmt: skip
+    s = dep.settings
+    url = parse_store_url(s.store.url)
     staging = fresh_folder(dest, "backup")
     try:
         copier = Copier(staging)
         placed: list[Placed] = []
+        links: set[Path] = set()
         # 1. The audit anchor (see the module docstring for why first). Only this once: a
         # checkpoint written after the snapshot must not be picked up by step 3.
-        anchor = [(setting, s.resolve_path(c).resolve()) for setting, c in _anchor_settings(s)]
-        for setting, path in anchor:
+        for setting, configured in anchor:
+            path = configured.resolve()
             if inside(path, root):
                 copier.tree(path, f"{DEPLOYMENT_DIR}/{path.relative_to(root).as_posix()}")
             elif path.exists():
                 folder = f"outside/{len(placed)}"
                 copier.tree(path, folder)
-                placed.append(Placed(setting=setting, original=str(path), folder=folder))
-        # 2. The truth store, one snapshot.
+                link = _link_within(configured, root)
+                if link is not None:
+                    links.add(link)
+                placed.append(Placed(
+                    setting=setting, original=str(path), folder=folder,
+                    link=None if link is None else link.relative_to(root).as_posix(),
+                    link_target=None if link is None else str(link.resolve()),
+                ))  # fmt: skip
+        # 2. The truth store, one snapshot, in a file only its owner may read.
         database = f"{DATABASE_DIR}/{'govrag.db' if url.kind == 'sqlite' else 'govrag.pgdump'}"
-        (staging / DATABASE_DIR).mkdir()
+        os.mkdir(staging / DATABASE_DIR, 0o700)
+        os.close(os.open(staging / database, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        if url.kind == "postgresql":
+            os.unlink(staging / database)  # pg_dump creates its own (under a 0700 folder)
         dep.store.back_up(staging / database)
         copier.adopt(database)
         # 3. The rest of the deployment directory: what is not derived or cached.
@@ -122,7 +157,7 @@ def back_up(dep: Deployment, dest: Path) -> BackupReport:
             left_out |= {db, *(db.with_name(db.name + x) for x in ("-wal", "-shm", "-journal"))}
         cache = s.resolve_path(s.embedder.cache_dir).resolve()
         keep = (root / STATE_DIR).resolve()  # source states live in the cache folder's tree
-        skipped = copier.deployment(root, left_out, cache=cache, keep=keep)
+        skipped = copier.deployment(root, left_out, cache=cache, keep=keep, links=links)
         manifest = BackupManifest(
             govrag_version=_version(), created_at=now_iso(),
             store="sqlite" if url.kind == "sqlite" else "postgresql",
@@ -132,6 +167,8 @@ def back_up(dep: Deployment, dest: Path) -> BackupReport:
             outside=placed, files=copier.files,
         )  # fmt: skip
         write_manifest(staging, manifest)
+        if dest.exists():  # an empty folder: the rename takes its place
+            os.rmdir(dest)
         os.rename(staging, dest)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -140,6 +177,19 @@ def back_up(dep: Deployment, dest: Path) -> BackupReport:
                         bytes=sum(f.size for f in copier.files), store=manifest.store,
                         seconds=round(time.monotonic() - started, 3),
                         skipped=skipped)  # fmt: skip
+
+
+def _link_within(configured: Path, root: Path) -> Path | None:
+    """The link inside ``root`` through which ``configured`` (a path under ``root`` as
+    written) leaves it, if any: e.g. ``audit-checkpoints`` linked to WORM storage."""
+    if not inside(configured, root):
+        return None
+    p = root
+    for part in configured.relative_to(root).parts:
+        p = p / part
+        if p.is_symlink():
+            return p
+    return None
 
 
 def _version() -> str:

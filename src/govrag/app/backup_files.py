@@ -1,10 +1,14 @@
-"""The files of a backup: its manifest, copying with checksums, and checking before restore.
+"""The files of a backup: its manifest, writing them, and reading them back checked.
 
 A restore reads a folder someone else may have written, so nothing in it is trusted until
 checked: the manifest is a typed record that refuses unknown fields; every path in it must
-stay inside the backup (no absolute path, no ``..``, under one of the backup's own folders);
-every file must be a regular file (not a link) of the recorded size and SHA-256. Only then is
-anything written, and a file is only ever created, never written over.
+stay inside the backup (no absolute path, no ``..``, under one of the backup's own folders).
+Each file is then read exactly once, through no link at any level (every component opened
+``O_NOFOLLOW`` from the backup folder down), as a regular file, hashed while it is copied to
+the restore's private staging area: a file swapped between a check and a copy, a link to a
+secret elsewhere, a FIFO or a device never gets in. A file is only ever created, never
+written over; and what a restore creates outside its target is recorded as it is created, so
+a failure removes exactly that (and no folder that was there before).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import hashlib
 import os
 import stat
 import tempfile
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import BinaryIO, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -27,6 +31,8 @@ DATABASE_DIR = "database"
 DEPLOYMENT_DIR = "deployment"
 OUTSIDE_DIR = "outside"
 _CHUNK = 1 << 20
+#: Largest manifest read (a backup of a million files lists ~200 MB; refuse beyond).
+_MANIFEST_BYTES = 512 << 20
 
 
 class _Record(BaseModel):
@@ -36,7 +42,7 @@ class _Record(BaseModel):
 class BackupFile(_Record):
     #: Where the file is in the backup (``/``-separated, relative).
     path: str = Field(min_length=1, max_length=4096)
-    size: int = Field(ge=0)
+    size: int = Field(ge=0, le=1 << 50)
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     #: Its permission bits (a signing key stays 0600).
     mode: int = Field(ge=0, le=0o777)
@@ -45,29 +51,30 @@ class BackupFile(_Record):
 class Placed(_Record):
     """An item the settings keep outside the deployment directory."""
 
-    setting: str
+    setting: str = Field(pattern=r"^[a-z_]+\.[a-z_]+(\[[0-9]{1,2}\])?$")
     #: The absolute path it was copied from (and is restored to).
-    original: str
+    original: str = Field(max_length=4096)
     #: Its folder in the backup (``outside/<n>``).
-    folder: str
+    folder: str = Field(pattern=r"^outside/[0-9]{1,4}$")
+    #: A link inside the deployment directory through which the setting reached it
+    #: (relative, e.g. ``audit-checkpoints`` -> WORM storage), re-created with the item.
+    link: str | None = Field(default=None, max_length=4096)
+    link_target: str | None = Field(default=None, max_length=4096)
 
 
 class BackupManifest(_Record):
     format: Literal[1] = 1
-    govrag_version: str
-    created_at: str
+    govrag_version: str = Field(max_length=100)
+    created_at: str = Field(max_length=100)
     store: Literal["sqlite", "postgresql"]
     #: The newest migration the backed-up store had run.
     schema_version: int = Field(ge=0)
     #: The snapshot's path in the backup.
-    database: str
+    database: Literal["database/govrag.db", "database/govrag.pgdump"]
     #: A SQLite file the settings keep outside the deployment directory (absolute).
-    database_path: str | None = None
-    outside: list[Placed] = Field(default_factory=list)
+    database_path: str | None = Field(default=None, max_length=4096)
+    outside: list[Placed] = Field(default_factory=list, max_length=64)
     files: list[BackupFile]
-
-    def file(self, path: str) -> BackupFile:
-        return next(f for f in self.files if f.path == path)
 
 
 def database_file(s: Settings) -> Path | None:
@@ -80,14 +87,34 @@ def inside(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
+def make_dirs(path: Path, mode: int, created: list[Path] | None = None) -> None:
+    """``path`` and its missing parents, each made with ``mode``; those made are appended to
+    ``created`` (so a failed restore removes them, and no folder that was there before)."""
+    missing: list[Path] = []
+    p = path
+    while not p.exists() and not p.is_symlink():
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        os.mkdir(d, mode)
+        if created is not None:
+            created.append(d)
+
+
+def occupied(path: Path) -> bool:
+    """Whether something is at ``path`` that a backup or restore would write over: anything
+    but nothing or an empty folder (a link, even to an empty folder, counts)."""
+    return path.is_symlink() or (path.exists() and not (path.is_dir() and not any(path.iterdir())))
+
+
 def fresh_folder(target: Path, what: str) -> Path:
     """A new, private folder beside ``target`` to build into and rename into place; refused
     when ``target`` exists and is not an empty folder (a backup or restore never
     overwrites)."""
-    if target.exists() and not (target.is_dir() and not any(target.iterdir())):
+    if occupied(target):
         raise InputError(f"{str(target)!r} exists and is not an empty folder; a {what} never "
                          "writes over anything: name a new folder")  # fmt: skip
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(target.parent, 0o755)
     return Path(tempfile.mkdtemp(prefix=f".{target.name}.{what}-", dir=target.parent))
 
 
@@ -101,23 +128,23 @@ class Copier:
 
     def tree(self, source: Path, dest: str) -> None:
         """``source`` (a file, or a folder's regular files) to ``dest`` in the backup."""
-        if source.is_file() and not source.is_symlink():
+        if source.is_file():
             self._copy(source, dest)
-        elif source.is_dir() and not source.is_symlink():
+        elif source.is_dir():
             for path in sorted(source.rglob("*")):
-                if path.is_file() and not path.is_symlink():
+                if path.is_file() and not path.is_symlink() and not _temporary(path.name):
                     self._copy(path, f"{dest}/{path.relative_to(source).as_posix()}")
 
     def adopt(self, path: str) -> None:
         """Record a file already written into the backup (the database snapshot)."""
-        full = self.root / path
-        digest, size = _digest(full)
+        digest, size = _digest(self.root / path)
         self._record(path, size, digest, 0o600)
 
-    def deployment(self, root: Path, left_out: set[Path], *, cache: Path, keep: Path
-                   ) -> list[str]:  # fmt: skip
-        """Every regular file under ``root`` not yet copied, except ``left_out`` and the
-        cache folder (but its ``keep`` subfolder); returns what was skipped as not a file."""
+    def deployment(self, root: Path, left_out: set[Path], *, cache: Path, keep: Path,
+                   links: set[Path]) -> list[str]:  # fmt: skip
+        """Every regular file under ``root`` not yet copied, except ``left_out``, ``links``
+        (anchor links, copied as outside items) and the cache folder (but its ``keep``
+        subfolder); returns what was skipped as not a file."""
         skipped: list[str] = []
         if inside(root, cache):  # a cache folder holding the deployment excludes nothing
             cache = Path("/nonexistent/govrag-cache")
@@ -125,16 +152,17 @@ class Copier:
             here = Path(dirpath)
             for name in list(dirnames):
                 sub = here / name
-                if (sub.resolve() in left_out or sub.is_symlink()
-                        or (inside(sub.resolve(), cache) and not inside(keep, sub.resolve())
-                            and not inside(sub.resolve(), keep))):  # fmt: skip
+                if sub in links or sub.resolve() in left_out or sub.is_symlink() or (
+                    inside(sub.resolve(), cache) and not inside(keep, sub.resolve())
+                    and not inside(sub.resolve(), keep)
+                ):  # fmt: skip
                     dirnames.remove(name)
-                    if sub.is_symlink():
+                    if sub.is_symlink() and sub not in links:
                         skipped.append(str(sub.relative_to(root)))
             for name in filenames:
                 path = here / name
                 rel = f"{DEPLOYMENT_DIR}/{path.relative_to(root).as_posix()}"
-                if rel in self._done or path.resolve() in left_out:
+                if rel in self._done or path in links or path.resolve() in left_out:
                     continue
                 if inside(path.resolve(), cache) and not inside(path.resolve(), keep):
                     continue
@@ -148,11 +176,15 @@ class Copier:
         if dest in self._done:
             return
         target = self.root / dest
-        target.parent.mkdir(parents=True, exist_ok=True)
-        mode = stat.S_IMODE(source.stat().st_mode)
+        make_dirs(target.parent, 0o700)
         digest = hashlib.sha256()
         size = 0
-        with open(source, "rb") as src, _create(target, 0o600) as out:
+        try:
+            src = open(source, "rb")  # noqa: SIM115 - closed below, after the existence check
+        except FileNotFoundError:
+            return  # gone since it was listed (a writer's temporary file renamed away)
+        with src, _create(target, 0o600) as out:
+            mode = stat.S_IMODE(os.fstat(src.fileno()).st_mode)
             while block := src.read(_CHUNK):
                 digest.update(block)
                 size += len(block)
@@ -165,17 +197,11 @@ class Copier:
         self._done.add(path)
         self.files.append(BackupFile(path=path, size=size, sha256=digest, mode=mode))
 
-    @staticmethod
-    def place(source: Path, target: Path, record: BackupFile) -> None:
-        """Create ``target`` with ``source``'s bytes and the recorded mode; never replaces a
-        file (the bytes were checked against the manifest by :func:`check_backup`)."""
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with open(source, "rb") as src, _create(target, record.mode) as out:
-            while block := src.read(_CHUNK):
-                out.write(block)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(target, record.mode)
+
+def _temporary(name: str) -> bool:
+    """A writer's file on its way in (checkpoints, keys and states are written as
+    ``.NAME.tmp`` and renamed): not part of what a backup copies."""
+    return name.startswith(".") and name.endswith(".tmp")
 
 
 def _create(path: Path, mode: int) -> BinaryIO:
@@ -184,7 +210,7 @@ def _create(path: Path, mode: int) -> BinaryIO:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     except FileExistsError as exc:
         raise InputError(f"{str(path)!r} exists already; a backup or restore never writes "
-                         "over a file: restore into a new folder") from exc  # fmt: skip
+                         "over a file") from exc  # fmt: skip
     return os.fdopen(fd, "wb")
 
 
@@ -204,13 +230,62 @@ def write_manifest(root: Path, manifest: BackupManifest) -> None:
         os.fsync(out.fileno())
 
 
-def check_backup(backup: Path) -> BackupManifest:
-    """The backup's manifest, once every file it lists is checked (see the module); a
-    :class:`InputError` naming the file and the fault otherwise."""
+def _open_inside(backup: Path, path: str) -> int:
+    """A descriptor of the regular file ``path`` under ``backup``, opened without following
+    a link at any level (see the module docstring)."""
+    parts = path.split("/")
+    fd = os.open(backup, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in parts[:-1]:
+            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        leaf = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(os.fstat(leaf).st_mode):
+        os.close(leaf)
+        raise OSError(f"{path!r} is not a regular file")
+    return leaf
+
+
+def copy_checked(backup: Path, record: BackupFile, target: Path) -> None:
+    """Copy the backup's file ``record`` to the new file ``target`` (folders made 0700),
+    hashing as it goes: the bytes must be the recorded size and SHA-256. The mode is the
+    recorded one without write access for others (a hostile 0777 lands 0755)."""
+    where = str(backup / record.path)
+    try:
+        fd = _open_inside(backup, record.path)
+    except OSError as exc:
+        raise InputError(f"{where!r} is missing from the backup, or not a regular file "
+                         f"({exc.strerror or exc}); the backup is incomplete or was "
+                         "tampered with: use another copy") from None  # fmt: skip
+    make_dirs(target.parent, 0o700)
+    digest, size = hashlib.sha256(), 0
+    with os.fdopen(fd, "rb") as src, _create(target, 0o600) as out:
+        while size <= record.size and (block := src.read(_CHUNK)):
+            digest.update(block)
+            size += len(block)
+            out.write(block)
+        out.flush()
+        os.fsync(out.fileno())
+    if (size, digest.hexdigest()) != (record.size, record.sha256):
+        raise InputError(f"{where!r} does not match the manifest ({size} bytes read, "
+                         f"recorded {record.size}; or its SHA-256 differs): the backup is "
+                         "damaged; use another copy")  # fmt: skip
+    os.chmod(target, record.mode & 0o755)
+
+
+def read_manifest(backup: Path) -> BackupManifest:
+    """The backup's manifest, its paths checked (see the module); its files are checked as
+    they are copied (:func:`copy_checked`). A :class:`InputError` naming the fault."""
     path = backup / MANIFEST
-    if not path.is_file():
-        raise InputError(f"{str(backup)!r} is not a govrag backup: it has no {MANIFEST} "
-                         "(`govrag backup DEST` writes one)")  # fmt: skip
+    if not backup.is_dir():
+        raise InputError(f"{str(backup)!r} is not a folder; name the folder `govrag backup` "
+                         "wrote")  # fmt: skip
+    if not path.is_file() or path.stat().st_size > _MANIFEST_BYTES:
+        raise InputError(f"{str(backup)!r} is not a govrag backup: it has no readable "
+                         f"{MANIFEST} (`govrag backup DEST` writes one)")  # fmt: skip
     try:
         manifest = BackupManifest.model_validate_json(path.read_bytes())
     except ValidationError as exc:
@@ -226,27 +301,24 @@ def check_backup(backup: Path) -> BackupManifest:
         raise InputError(f"{str(path)!r} names the database {manifest.database!r}, which it "
                          "does not list; the backup is incomplete")  # fmt: skip
     folders = {DATABASE_DIR, DEPLOYMENT_DIR, *(p.folder for p in manifest.outside)}
+    absolute = [p.original for p in manifest.outside] + [p.link_target or "/" for p in
+                                                          manifest.outside]  # fmt: skip
+    if manifest.database_path is not None:
+        absolute.append(manifest.database_path)
+    for value in absolute:
+        if not value.startswith("/") or "\x00" in value or any(
+            part in (".", "..") for part in value.split("/")
+        ):  # fmt: skip
+            raise InputError(f"{str(path)!r} names {value!r}, which is not a plain absolute "
+                             "path; the backup was edited")  # fmt: skip
     for p in manifest.outside:
-        if not PurePosixPath(p.original).is_absolute() or not _safe(p.folder, {OUTSIDE_DIR}):
-            raise InputError(f"{str(path)!r}: the outside item of {p.setting!r} names "
-                             f"{p.original!r} in {p.folder!r}; the backup was edited")  # fmt: skip
-    if manifest.database_path is not None and not Path(manifest.database_path).is_absolute():
-        raise InputError(f"{str(path)!r}: database_path {manifest.database_path!r} is not "
-                         "absolute; the backup was edited")  # fmt: skip
+        if p.link is not None and (p.link_target is None or not _safe(p.link, {p.link})):
+            raise InputError(f"{str(path)!r}: the link {p.link!r} of {p.setting} is not a "
+                             "plain relative path; the backup was edited")  # fmt: skip
     for f in manifest.files:
         if not _safe(f.path, folders):
             raise InputError(f"{str(path)!r} lists {f.path!r}, a path outside the backup's "
                              "folders; the backup was edited")  # fmt: skip
-        full = backup / f.path
-        if full.is_symlink() or not full.is_file():
-            raise InputError(f"{str(full)!r} is missing from the backup (or not a file); "
-                             "the backup is incomplete")  # fmt: skip
-        digest, size = _digest(full)
-        if (size, digest) != (f.size, f.sha256):
-            raise InputError(f"{str(full)!r} does not match the manifest ({size} bytes, "
-                             f"sha256 {digest[:12]}...; recorded {f.size} bytes, "
-                             f"{f.sha256[:12]}...): the backup is damaged; use another "
-                             "copy")  # fmt: skip
     return manifest
 
 

@@ -1,12 +1,34 @@
-"""Restoring a deployment from a backup folder (``govrag restore``); the argument is in
-:mod:`govrag.app.backup`'s docstring. Restore opens the result as an operator would (indexes
-rebuilt, audit log verified), so it sits above :class:`~govrag.app.operators.Operators`,
-while writing a backup sits below it."""
+"""Restoring a deployment from a backup folder (``govrag restore``).
+
+The argument of backup and restore is in :mod:`govrag.app.backup`; how files are read back
+checked is in :mod:`govrag.app.backup_files`. This module puts them together, in an order
+where nothing lands in its place before everything has been checked:
+
+1. every file is read once, checked, into a private work folder (the deployment's own files
+   straight into the staging folder that becomes the target);
+2. the restored settings are confined: every path restore writes or reads (the store, the
+   indexes, the model cache, the checkpoints and keys) must lie inside the staging folder,
+   or be exactly an item the backup places outside with the operator's ``outside`` consent
+   (the model cache excepted, which deployments share by design);
+   a PostgreSQL store is restored only into a database the environment names, never the
+   one the backed-up settings name;
+3. the items kept outside are placed, each file and folder recorded as it is created;
+4. the deployment is opened (an older store migrates), its indexes rebuilt, its audit log
+   verified; only then is it renamed into place. A failure removes the staging and work
+   folders and exactly what step 3 created, and its message names the target, not the
+   staging folder that no longer exists.
+
+Restore is above :class:`~govrag.app.operators.Operators` (it opens the result as an
+operator would), while writing a backup is below it.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,19 +36,24 @@ from typing import TYPE_CHECKING, Any
 from govrag.app.backup_files import (
     DEPLOYMENT_DIR,
     BackupManifest,
-    Copier,
-    check_backup,
+    copy_checked,
     database_file,
     fresh_folder,
     inside,
+    make_dirs,
+    occupied,
+    read_manifest,
 )
 from govrag.app.operators import Operators
 from govrag.deployment import Deployment
-from govrag.errors import ConfigError, InputError
-from govrag.settings import load_settings
+from govrag.errors import ConfigError, GovragError, InputError, StoreError
+from govrag.settings import Settings, load_settings
 
 if TYPE_CHECKING:
     from govrag.audit.anchor import AuditVerification
+
+#: The environment variables that name the database a PostgreSQL backup is restored into.
+PG_TARGET_ENV = ("GOVRAG_STORE__URL", "GOVRAG_STORE__ADMIN_URL")
 
 
 @dataclass
@@ -51,67 +78,150 @@ def restore(backup: Path, target: Path, *, outside: bool = False) -> RestoreRepo
     Items the backed-up settings kept outside the deployment directory go back to their
     absolute paths only with ``outside``: a backup from elsewhere must not write anywhere on
     this machine unasked."""
-    backup = backup.resolve()
-    manifest = check_backup(backup)
-    away = [f"{p.setting} -> {p.original}" for p in manifest.outside]
+    backup, target = backup.resolve(), target.resolve()
+    manifest = read_manifest(backup)
+    away = [f"{p.setting} -> {p.original!r}" for p in manifest.outside]
     if manifest.database_path is not None:
-        away.append(f"store.url -> {manifest.database_path}")
+        away.append(f"store.url -> {manifest.database_path!r}")
     if away and not outside:
         raise InputError(f"the backup {str(backup)!r} puts {len(away)} item(s) outside the "
                          f"deployment folder: {'; '.join(away)}; pass --outside to restore "
                          "them there (nothing there is overwritten)")  # fmt: skip
-    target = target.resolve()
-    staging = fresh_folder(target, "restore")
-    made: list[Path] = []  # what was placed outside the target, removed again on failure
+    for original in [Path(p.original) for p in manifest.outside] + (
+        [Path(manifest.database_path)] if manifest.database_path else []
+    ):  # fmt: skip
+        if inside(original, target) or inside(original, backup) or inside(target, original):
+            raise InputError(f"the backup places {str(original)!r} outside the deployment, "
+                             f"but that overlaps the target {str(target)!r} or the backup; "
+                             "restore into another folder")  # fmt: skip
     try:
-        for f in manifest.files:
-            if f.path.startswith(f"{DEPLOYMENT_DIR}/"):
-                Copier.place(backup / f.path, staging / f.path[len(DEPLOYMENT_DIR) + 1 :], f)
-        for p in manifest.outside:
-            made.append(_place_outside(backup, manifest, p.folder, Path(p.original), p.setting))
-        if manifest.store == "sqlite":
-            db = manifest.database_path
-            if db is not None:
-                made.append(_place_outside(backup, manifest, manifest.database, Path(db),
-                                           "store.url"))  # fmt: skip
-        settings = load_settings(staging)
-        if manifest.store == "sqlite" and manifest.database_path is None:
-            db_file = database_file(settings)
-            if db_file is None or not inside(db_file.resolve(), staging.resolve()):
-                raise ConfigError("the backup holds a SQLite database, but the restored "
-                                  "govrag.toml's [store] url is not a SQLite file in the "
-                                  "deployment folder (GOVRAG_STORE__URL set?); restore it "
-                                  "as it was, then change the settings")  # fmt: skip
-            Copier.place(backup / manifest.database, db_file, manifest.file(manifest.database))
-        elif manifest.store == "postgresql":
-            from govrag.app.backup_postgres import pg_restore
-
-            pg_restore(settings, backup / manifest.database)
-        indexed, audit = _open_and_check(staging)
+        staging = fresh_folder(target, "restore")
+        work = Path(tempfile.mkdtemp(prefix=f".{target.name}.restore-work-", dir=target.parent))
+    except OSError as exc:
+        raise _os_error(exc, target) from exc
+    created: list[Path] = []  # made outside the target, in order; removed again on failure
+    try:
+        indexed, audit = _restore(backup, manifest, staging, work, created)
+        os.chmod(staging, 0o755)  # as a deployment folder is made (its keys are 0600)
         os.rename(staging, target)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
-        for path in made:
-            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(True)
+        for path in reversed(created):
+            with contextlib.suppress(OSError):
+                path.rmdir() if path.is_dir() and not path.is_symlink() else path.unlink()
+        if isinstance(exc, OSError):
+            raise _os_error(exc, target) from exc
+        if type(exc) in (ConfigError, InputError, StoreError):
+            # Named after the target: the staging folder in the message is gone now.
+            raise type(exc)(str(exc).replace(str(staging), str(target))) from exc
         raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return RestoreReport(path=str(target), files=len(manifest.files), store=manifest.store,
-                         indexed=indexed, audit=audit)  # fmt: skip
+                         indexed=indexed, audit=_relocated(audit, staging, target))  # fmt: skip
 
 
-def _place_outside(backup: Path, manifest: BackupManifest, folder: str, original: Path,
-                   setting: str) -> Path:  # fmt: skip
-    """Put an item the settings keep outside the deployment back where it was; refused when
-    something is there already (restore never overwrites)."""
-    if original.exists() and not (original.is_dir() and not any(original.iterdir())):
+def _restore(backup: Path, manifest: BackupManifest, staging: Path, work: Path,
+             created: list[Path]) -> tuple[dict[str, int], AuditVerification]:  # fmt: skip
+    prefix = f"{DEPLOYMENT_DIR}/"
+    for f in manifest.files:  # 1. everything read once, checked
+        own = f.path.startswith(prefix)
+        copy_checked(backup, f, staging / f.path[len(prefix) :] if own else work / f.path)
+    for p in manifest.outside:
+        if p.link is not None and p.link_target is not None:
+            link = staging / p.link
+            if not link.is_symlink():
+                make_dirs(link.parent, 0o755)
+                os.symlink(p.link_target, link)
+    settings = load_settings(staging)
+    _confine(settings, staging, manifest)  # 2.
+    for p in manifest.outside:  # 3.
+        _place(work / p.folder, Path(p.original), p.setting, created)
+    if manifest.store == "sqlite":
+        db = database_file(settings)
+        assert db is not None  # _confine: a SQLite backup needs a SQLite url
+        if manifest.database_path is not None:
+            _place(work / manifest.database, db, "store.url", created)
+        else:
+            make_dirs(db.parent, 0o755)
+            os.rename(work / manifest.database, db)
+    else:
+        from govrag.app.backup_postgres import pg_restore
+
+        pg_restore(settings, work / manifest.database)
+        try:
+            return _open_and_check(staging)
+        except GovragError as exc:
+            raise StoreError(f"{exc}; the PostgreSQL database now holds the restored store: "
+                             "drop and re-create it before restoring again") from exc  # fmt: skip
+    key = settings.resolve_path(settings.audit.signing_key)
+    if inside(key.resolve(), staging.resolve()) and key.is_file():
+        os.chmod(key, 0o600)  # whatever mode the backup recorded
+        if key.parent.resolve() != staging.resolve():
+            os.chmod(key.parent, 0o700)
+    return _open_and_check(staging)  # 4.
+
+
+def _confine(s: Settings, staging: Path, manifest: BackupManifest) -> None:
+    """Every path the restore writes or reads is inside ``staging``, or an item the backup
+    places outside for that setting (see the module)."""
+    root = staging.resolve()
+    allowed = {Path(p.original) for p in manifest.outside}
+    a = s.audit
+    # Not the model cache: deployments of one model may share it by design (entries keyed
+    # by the model's files, written atomically), and a restore loads no model.
+    paths = [("store.index_dir", s.store.index_dir),
+             ("audit.checkpoint_dir", a.checkpoint_dir), ("audit.signing_key", a.signing_key),
+             *((f"audit.verify_keys[{i}]", v) for i, v in enumerate(a.verify_keys))]  # fmt: skip
+    if a.verify_key:
+        paths.append(("audit.verify_key", a.verify_key))
+    if s.auth.jwks_file:
+        paths.append(("auth.jwks_file", s.auth.jwks_file))
+    for setting, value in paths:
+        resolved = s.resolve_path(value).resolve()
+        if not inside(resolved, root) and resolved not in allowed:
+            raise ConfigError(f"the restored settings put {setting} at {str(resolved)!r}, "
+                              "outside the deployment folder, where the backup places "
+                              "nothing (an environment variable, or an edited govrag.toml?); "
+                              "restore without the override, or make the path relative in "
+                              "the backup's govrag.toml")  # fmt: skip
+    db = database_file(s)
+    if manifest.store == "sqlite":
+        want = Path(manifest.database_path) if manifest.database_path else None
+        if db is None or (db.resolve() != want if want else not inside(db.resolve(), root)):
+            raise ConfigError("the restored settings' [store] url is not the SQLite file the "
+                              "backup holds (GOVRAG_STORE__URL set, or an edited "
+                              "govrag.toml?); restore it as it was, then change the "
+                              "settings")  # fmt: skip
+    elif not any(os.environ.get(name) for name in PG_TARGET_ENV):
+        raise ConfigError("a PostgreSQL backup is restored only into a new, empty database "
+                          "you name: set GOVRAG_STORE__URL (and GOVRAG_STORE__ADMIN_URL) to "
+                          "it; restore never connects to the database the backed-up settings "
+                          "name")  # fmt: skip
+
+
+def _place(source: Path, original: Path, setting: str, created: list[Path]) -> None:
+    """Put an item back where the settings keep it outside the deployment; refused when
+    something is there already (restore never overwrites). Each file and folder made is
+    recorded in ``created``; a folder that was there (empty) is kept on failure."""
+    if occupied(original):
         raise InputError(f"{setting} of the backed-up deployment is {str(original)!r}, and "
                          "something is there already; restore never overwrites: move it "
                          "away, or restore on a machine where the path is free")  # fmt: skip
-    for f in manifest.files:
-        if f.path == folder:
-            Copier.place(backup / f.path, original, f)
-        elif f.path.startswith(f"{folder}/"):
-            Copier.place(backup / f.path, original / f.path[len(folder) + 1 :], f)
-    return original
+    if source.is_file():
+        make_dirs(original.parent, 0o755, created)
+        created.append(original)
+        shutil.copy2(source, original, follow_symlinks=False)
+        return
+    make_dirs(original, 0o755, created)
+    for path in sorted(source.rglob("*")):
+        dest = original / path.relative_to(source)
+        if path.is_dir():
+            make_dirs(dest, 0o755, created)
+        else:
+            make_dirs(dest.parent, 0o755, created)
+            created.append(dest)
+            shutil.copy2(path, dest, follow_symlinks=False)
 
 
 def _open_and_check(root: Path) -> tuple[dict[str, int], AuditVerification]:
@@ -120,3 +230,21 @@ def _open_and_check(root: Path) -> tuple[dict[str, int], AuditVerification]:
     with Deployment.load(root) as dep:
         ops = Operators(dep)
         return ops.index_rebuild(), ops.audit_verify()
+
+
+def _relocated(audit: AuditVerification, staging: Path, target: Path) -> AuditVerification:
+    """The verification as if made at ``target`` (its messages name the staging folder)."""
+
+    def moved(text: str) -> str:
+        return text.replace(str(staging), str(target))
+
+    return dataclasses.replace(
+        audit, checkpoint_dir=moved(audit.checkpoint_dir),
+        findings=[dataclasses.replace(f, message=moved(f.message)) for f in audit.findings],
+    )  # fmt: skip
+
+
+def _os_error(exc: OSError, target: Path) -> GovragError:
+    where = f" ({exc.filename})" if exc.filename else ""
+    return InputError(f"cannot restore into {str(target)!r}: {exc.strerror or exc}{where}; "
+                      "check the folder's permissions and free space")  # fmt: skip

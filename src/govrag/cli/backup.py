@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -11,6 +12,10 @@ from govrag.cli.common import DeploymentOpt, JsonOpt, emit, err, guard, open_app
 
 if TYPE_CHECKING:
     from govrag.app import BackupReport, RestoreReport
+
+
+#: Values in these lines come from the backup (tenant ids, messages): never Rich markup.
+say = functools.partial(err.print, highlight=False, markup=False)
 
 
 def register(app: typer.Typer) -> None:
@@ -34,10 +39,12 @@ def backup(
     if as_json:
         emit(report.as_dict())
         return
-    err.print(f"backed up to {report.path}: {report.files} files, {report.bytes:,} bytes "
-              f"({report.store}), in {report.seconds:.1f} s", highlight=False)  # fmt: skip
+    say(
+        f"backed up to {report.path}: {report.files} files, {report.bytes:,} bytes "
+        f"({report.store}), in {report.seconds:.1f} s"
+    )
     for item in report.skipped:
-        err.print(f"  not copied (a link or special file): {item}", highlight=False)
+        say(f"  not copied (a link or special file): {item}")
 
 
 def restore(
@@ -62,16 +69,19 @@ def restore(
     if as_json:
         emit(report.as_dict())
     else:
-        err.print(f"restored {report.files} files to {report.path} ({report.store})",
-                  highlight=False)  # fmt: skip
+        say(f"restored {report.files} files to {report.path} ({report.store})")
         for tenant, chunks in report.indexed.items():
-            err.print(f"tenant {tenant}: indexes rebuilt, {chunks} chunks", highlight=False)
+            say(f"tenant {tenant}: indexes rebuilt, {chunks} chunks")
         for t in report.audit.tenants:
-            err.print(f"tenant {t.chain.tenant}: audit chain of {t.chain.events} events, "
-                      f"{t.checkpoints} checkpoints", highlight=False)  # fmt: skip
+            say(
+                f"tenant {t.chain.tenant}: audit chain of {t.chain.events} events, "
+                f"{t.checkpoints} checkpoints"
+            )
     if not report.audit.ok:
         for f in report.audit.findings:
-            err.print(f"audit finding: {f.message}", highlight=False)
-        err.print("restored, but its audit log does not verify against its checkpoints: "
-                  "keep the backup, and see docs/audit.md")  # fmt: skip
+            say(f"audit finding: {f.message}")
+        say(
+            "restored, but its audit log does not verify against its checkpoints: "
+            "keep the backup, and see docs/audit.md"
+        )
         raise typer.Exit(1)
