@@ -83,6 +83,7 @@ from govrag.types import Principal
 from server.serving import UNLIMITED, serving, subprocess_env
 
 from conftest import BACKENDS, pg_store_settings
+from test_http_parity import RANDOM
 
 mcp = pytest.importorskip("mcp")  # the dev extra installs it; a bare checkout skips
 
@@ -378,17 +379,8 @@ def build_ids(w: World) -> None:
 # -- outcomes ---------------------------------------------------------------------------------
 
 Outcome = dict[str, Any]
-#: Random per request, session or admission: dropped before comparing.
-RANDOM_KEYS = {
-    "request_id",
-    "response_id",
-    "session_id",
-    "context_pack_id",
-    "audit_id",
-    "expires_at",
-    "token_exp",
-    "id",
-}
+#: Random per request, session or admission: dropped before comparing (the parity test's).
+RANDOM_KEYS = RANDOM
 RANDOM_IDS = re.compile(r"\b(req|ses|aud|http)-[0-9a-f]{16}\b")
 
 
