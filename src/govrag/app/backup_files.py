@@ -312,9 +312,13 @@ def read_manifest(backup: Path) -> BackupManifest:
             raise InputError(f"{str(path)!r} names {value!r}, which is not a plain absolute "
                              "path; the backup was edited")  # fmt: skip
     for p in manifest.outside:
-        if p.link is not None and (p.link_target is None or not _safe(p.link, {p.link})):
+        if (p.link is None) != (p.link_target is None) or (p.link is not None and (
+            not _safe(p.link, {p.link})
+            or not inside(Path(p.original), Path(p.link_target or "/"))
+        )):  # fmt: skip
             raise InputError(f"{str(path)!r}: the link {p.link!r} of {p.setting} is not a "
-                             "plain relative path; the backup was edited")  # fmt: skip
+                             "plain relative path to the folder of the item it leads to; "
+                             "the backup was edited")  # fmt: skip
     for f in manifest.files:
         if not _safe(f.path, folders):
             raise InputError(f"{str(path)!r} lists {f.path!r}, a path outside the backup's "

@@ -80,7 +80,9 @@ def restore(backup: Path, target: Path, *, outside: bool = False) -> RestoreRepo
     this machine unasked."""
     backup, target = backup.resolve(), target.resolve()
     manifest = read_manifest(backup)
-    away = [f"{p.setting} -> {p.original!r}" for p in manifest.outside]
+    away = [f"{p.setting} -> {p.original!r}"
+            + (f" (through the link {p.link!r} -> {p.link_target!r})" if p.link else "")
+            for p in manifest.outside]  # fmt: skip
     if manifest.database_path is not None:
         away.append(f"store.url -> {manifest.database_path!r}")
     if away and not outside:
