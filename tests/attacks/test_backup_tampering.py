@@ -327,3 +327,57 @@ def test_a_checkpoint_folder_linked_to_other_storage_comes_back_as_that_link(
     restored = govrag.restore(Path(report.path), tmp_path / "restored", outside=True)
     assert restored.audit.ok, [f.message for f in restored.audit.findings]
     assert (tmp_path / "restored" / "audit-checkpoints").resolve() == worm
+
+
+def _linked(copy: Path, *items: tuple[str, str, Path]) -> None:
+    """List ``(setting, link, original)`` outside items, each re-creating its link."""
+    manifest = _manifest(copy)
+    manifest["outside"] = []
+    for n, (setting, link, original) in enumerate(items):
+        (copy / "outside" / str(n)).mkdir(parents=True)
+        (copy / "outside" / str(n) / "x.pub").write_text("planted")
+        manifest["outside"].append({"setting": setting, "original": str(original),
+                                    "folder": f"outside/{n}", "link": link,
+                                    "link_target": str(original)})  # fmt: skip
+    _relist(copy, manifest)
+
+
+def test_links_in_a_backup_never_lead_restore_outside_the_target(
+    backups: dict[str, Path], tmp_path: Path
+) -> None:
+    """A link inside another (so that making the second writes through the first), a link
+    where the restored settings put no such path (inside the index folder, to rebuild
+    another deployment's index), and a setting's item placed at another setting's place."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    copy = _copy(backups["new"], tmp_path)
+    _linked(
+        copy,
+        ("audit.checkpoint_dir", "audit-checkpoints", victim / "ckpt"),
+        ("audit.verify_keys[0]", "audit-checkpoints/profile.d", tmp_path / "ring"),
+    )
+    _refused(copy, tmp_path / "target", "lies in another link", outside=True)
+    copy = Path(shutil.copytree(backups["new"], tmp_path / "copy2"))
+    _linked(copy, ("audit.checkpoint_dir", "index/default-0000", victim / "index"))
+    with pytest.raises(govrag.ConfigError, match="do not put there"):
+        govrag.restore(copy, tmp_path / "target", outside=True)
+    _nothing_left(tmp_path, tmp_path / "target")
+    copy = Path(shutil.copytree(backups["new"], tmp_path / "copy3"))
+    # The keyring's place, claimed for a setting the restored deployment does not set.
+    _linked(copy, ("audit.verify_key", "keys/audit-keyring", victim / "ring"))
+    with pytest.raises(govrag.ConfigError, match="do not put there"):
+        govrag.restore(copy, tmp_path / "target", outside=True)
+    _nothing_left(tmp_path, tmp_path / "target")
+    assert list(victim.iterdir()) == []
+    assert not (tmp_path / "ring").exists()
+
+
+def test_what_the_restore_prints_from_a_backup_cannot_drive_the_terminal(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from govrag.cli.backup import say
+
+    say("tenant x\x1b[2J\x1b]0;owned\x07: restored \u009b")
+    shown = capsys.readouterr().err
+    assert "\x1b" not in shown and "\x07" not in shown and "\u009b" not in shown
+    assert "\\x1b[2J" in shown

@@ -227,6 +227,10 @@ def test_postgres_backup_restores_into_a_new_empty_database(
     # Never into the database the backed-up settings name, unasked ...
     with pytest.raises(govrag.ConfigError, match="a new, empty database you name"):
         govrag.restore(Path(backup.path), tmp_path / "refused")
+    # ... nor with only its owner named (the application would open the backed-up url) ...
+    monkeypatch.setenv("GOVRAG_STORE__ADMIN_URL", empty["admin_url"])
+    with pytest.raises(govrag.ConfigError, match="set GOVRAG_STORE__URL"):
+        govrag.restore(Path(backup.path), tmp_path / "refused")
     # ... and, named, never over a store: a restore never merges.
     monkeypatch.setenv("GOVRAG_STORE__URL", store["url"])
     monkeypatch.setenv("GOVRAG_STORE__ADMIN_URL", store["admin_url"])

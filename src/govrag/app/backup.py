@@ -44,6 +44,7 @@ from govrag.app.backup_files import (
     BackupManifest,
     Copier,
     Placed,
+    anchor_settings,
     database_file,
     fresh_folder,
     inside,
@@ -52,7 +53,6 @@ from govrag.app.backup_files import (
 from govrag.deployment import Deployment
 from govrag.errors import ConfigError, InputError
 from govrag.harvest.state import STATE_DIR
-from govrag.settings import Settings
 from govrag.store.clock import now_iso
 from govrag.store_url import parse_store_url
 
@@ -74,18 +74,6 @@ class BackupReport:
         return vars(self).copy()
 
 
-def _anchor_settings(s: Settings) -> list[tuple[str, str]]:
-    """(setting, configured path) of the audit anchor: copied before the database."""
-    a = s.audit
-    found = [("audit.checkpoint_dir", a.checkpoint_dir), ("audit.signing_key", a.signing_key)]
-    if a.verify_key:
-        found.append(("audit.verify_key", a.verify_key))
-    found += [(f"audit.verify_keys[{i}]", v) for i, v in enumerate(a.verify_keys)]
-    if s.auth.jwks_file:
-        found.append(("auth.jwks_file", s.auth.jwks_file))
-    return found
-
-
 def back_up(dep: Deployment, dest: Path) -> BackupReport:
     """Write a backup of the deployment to the new folder ``dest`` (see the module)."""
     started = time.monotonic()
@@ -96,7 +84,7 @@ def back_up(dep: Deployment, dest: Path) -> BackupReport:
         raise ConfigError("[store] url is sqlite://:memory:, a store that lives and dies with "
                           "its process; there is nothing to back up")  # fmt: skip
     dest = dest.resolve()
-    anchor = [(setting, s.resolve_path(c)) for setting, c in _anchor_settings(s)]
+    anchor = [(setting, s.resolve_path(c)) for setting, c in anchor_settings(s)]
     derived = [("store.index_dir", s.resolve_path(s.store.index_dir)),
                ("embedder.cache_dir", s.resolve_path(s.embedder.cache_dir))]  # fmt: skip
     if inside(dest, root):
@@ -133,7 +121,9 @@ def _back_up(dep: Deployment, dest: Path, root: Path, anchor: list[tuple[str, Pa
             elif path.exists():
                 folder = f"outside/{len(placed)}"
                 copier.tree(path, folder)
-                link = _link_within(configured, root)
+                # Re-created by restore only when the setting's own path is the link (a
+                # link further up is the operator's to make again).
+                link = configured if configured.is_symlink() and inside(configured, root) else None
                 if link is not None:
                     links.add(link)
                 placed.append(Placed(
@@ -177,19 +167,6 @@ def _back_up(dep: Deployment, dest: Path, root: Path, anchor: list[tuple[str, Pa
                         bytes=sum(f.size for f in copier.files), store=manifest.store,
                         seconds=round(time.monotonic() - started, 3),
                         skipped=skipped)  # fmt: skip
-
-
-def _link_within(configured: Path, root: Path) -> Path | None:
-    """The link inside ``root`` through which ``configured`` (a path under ``root`` as
-    written) leaves it, if any: e.g. ``audit-checkpoints`` linked to WORM storage."""
-    if not inside(configured, root):
-        return None
-    p = root
-    for part in configured.relative_to(root).parts:
-        p = p / part
-        if p.is_symlink():
-            return p
-    return None
 
 
 def _version() -> str:

@@ -51,13 +51,16 @@ class BackupFile(_Record):
 class Placed(_Record):
     """An item the settings keep outside the deployment directory."""
 
-    setting: str = Field(pattern=r"^[a-z_]+\.[a-z_]+(\[[0-9]{1,2}\])?$")
+    setting: str = Field(
+        pattern=r"^(audit\.(checkpoint_dir|signing_key|verify_key|"
+        r"verify_keys\[[0-9]{1,2}\])|auth\.jwks_file)$"
+    )
     #: The absolute path it was copied from (and is restored to).
     original: str = Field(max_length=4096)
     #: Its folder in the backup (``outside/<n>``).
     folder: str = Field(pattern=r"^outside/[0-9]{1,4}$")
-    #: A link inside the deployment directory through which the setting reached it
-    #: (relative, e.g. ``audit-checkpoints`` -> WORM storage), re-created with the item.
+    #: The setting's own path inside the deployment directory when that path is a link to
+    #: the item (relative, e.g. ``audit-checkpoints`` -> WORM storage): re-created with it.
     link: str | None = Field(default=None, max_length=4096)
     link_target: str | None = Field(default=None, max_length=4096)
 
@@ -75,6 +78,18 @@ class BackupManifest(_Record):
     database_path: str | None = Field(default=None, max_length=4096)
     outside: list[Placed] = Field(default_factory=list, max_length=64)
     files: list[BackupFile]
+
+
+def anchor_settings(s: Settings) -> list[tuple[str, str]]:
+    """(setting, configured path) of the audit anchor: copied before the database."""
+    a = s.audit
+    found = [("audit.checkpoint_dir", a.checkpoint_dir), ("audit.signing_key", a.signing_key)]
+    if a.verify_key:
+        found.append(("audit.verify_key", a.verify_key))
+    found += [(f"audit.verify_keys[{i}]", v) for i, v in enumerate(a.verify_keys)]
+    if s.auth.jwks_file:
+        found.append(("auth.jwks_file", s.auth.jwks_file))
+    return found
 
 
 def database_file(s: Settings) -> Path | None:
@@ -214,6 +229,17 @@ def _create(path: Path, mode: int) -> BinaryIO:
     return os.fdopen(fd, "wb")
 
 
+def copy_new(source: Path, target: Path) -> None:
+    """Copy ``source`` (a checked file of the restore's own work folder) to the new file
+    ``target``, never through a link there, with ``source``'s mode."""
+    mode = stat.S_IMODE(source.stat().st_mode)
+    with open(source, "rb") as src, _create(target, mode) as out:
+        while block := src.read(_CHUNK):
+            out.write(block)
+        out.flush()
+        os.fsync(out.fileno())
+
+
 def _digest(path: Path) -> tuple[str, int]:
     digest, size = hashlib.sha256(), 0
     with open(path, "rb") as fh:
@@ -311,14 +337,16 @@ def read_manifest(backup: Path) -> BackupManifest:
         ):  # fmt: skip
             raise InputError(f"{str(path)!r} names {value!r}, which is not a plain absolute "
                              "path; the backup was edited")  # fmt: skip
+    links = [p.link for p in manifest.outside if p.link is not None]
     for p in manifest.outside:
         if (p.link is None) != (p.link_target is None) or (p.link is not None and (
-            not _safe(p.link, {p.link})
-            or not inside(Path(p.original), Path(p.link_target or "/"))
+            not _safe(p.link, {p.link}) or p.link_target != p.original
+            or any(other != p.link and (other.startswith(f"{p.link}/")
+                                        or p.link.startswith(f"{other}/")) for other in links)
         )):  # fmt: skip
             raise InputError(f"{str(path)!r}: the link {p.link!r} of {p.setting} is not a "
-                             "plain relative path to the folder of the item it leads to; "
-                             "the backup was edited")  # fmt: skip
+                             "plain relative path leading to the item itself, or lies in "
+                             "another link; the backup was edited")  # fmt: skip
     for f in manifest.files:
         if not _safe(f.path, folders):
             raise InputError(f"{str(path)!r} lists {f.path!r}, a path outside the backup's "

@@ -36,7 +36,9 @@ from typing import TYPE_CHECKING, Any
 from govrag.app.backup_files import (
     DEPLOYMENT_DIR,
     BackupManifest,
+    anchor_settings,
     copy_checked,
+    copy_new,
     database_file,
     fresh_folder,
     inside,
@@ -51,9 +53,6 @@ from govrag.settings import Settings, load_settings
 
 if TYPE_CHECKING:
     from govrag.audit.anchor import AuditVerification
-
-#: The environment variables that name the database a PostgreSQL backup is restored into.
-PG_TARGET_ENV = ("GOVRAG_STORE__URL", "GOVRAG_STORE__ADMIN_URL")
 
 
 @dataclass
@@ -129,13 +128,9 @@ def _restore(backup: Path, manifest: BackupManifest, staging: Path, work: Path,
     for f in manifest.files:  # 1. everything read once, checked
         own = f.path.startswith(prefix)
         copy_checked(backup, f, staging / f.path[len(prefix) :] if own else work / f.path)
-    for p in manifest.outside:
-        if p.link is not None and p.link_target is not None:
-            link = staging / p.link
-            if not link.is_symlink():
-                make_dirs(link.parent, 0o755)
-                os.symlink(p.link_target, link)
-    settings = load_settings(staging)
+    overrides = _store_overrides(manifest)
+    settings = load_settings(staging, **overrides)
+    _link_anchors(settings, staging, manifest)
     _confine(settings, staging, manifest)  # 2.
     for p in manifest.outside:  # 3.
         _place(work / p.folder, Path(p.original), p.setting, created)
@@ -143,45 +138,80 @@ def _restore(backup: Path, manifest: BackupManifest, staging: Path, work: Path,
         db = database_file(settings)
         assert db is not None  # _confine: a SQLite backup needs a SQLite url
         if manifest.database_path is not None:
+            # SQLite's own files beside it, made when it is opened: removed with it.
+            beside = [db.with_name(db.name + x) for x in ("-wal", "-shm")]
+            created += [w for w in beside if not w.exists() and not w.is_symlink()]
             _place(work / manifest.database, db, "store.url", created)
         else:
             make_dirs(db.parent, 0o755)
             os.rename(work / manifest.database, db)
-    else:
+    key = settings.resolve_path(settings.audit.signing_key).resolve()
+    if inside(key, staging.resolve()) and key.is_file():
+        os.chmod(key, 0o600)  # whatever mode the backup recorded
+        if key.parent != staging.resolve():
+            os.chmod(key.parent, 0o700)
+    if manifest.store == "postgresql":
         from govrag.app.backup_postgres import pg_restore
 
         pg_restore(settings, work / manifest.database)
         try:
-            return _open_and_check(staging)
+            return _open_and_check(staging, overrides)
         except GovragError as exc:
             raise StoreError(f"{exc}; the PostgreSQL database now holds the restored store: "
                              "drop and re-create it before restoring again") from exc  # fmt: skip
-    key = settings.resolve_path(settings.audit.signing_key)
-    if inside(key.resolve(), staging.resolve()) and key.is_file():
-        os.chmod(key, 0o600)  # whatever mode the backup recorded
-        if key.parent.resolve() != staging.resolve():
-            os.chmod(key.parent, 0o700)
-    return _open_and_check(staging)  # 4.
+    return _open_and_check(staging, overrides)  # 4.
+
+
+def _store_overrides(manifest: BackupManifest) -> dict[str, Any]:
+    """A PostgreSQL store is restored only into the database the environment names (its
+    ``url``, and its owner's ``admin_url`` or none): never one the backed-up settings name."""
+    if manifest.store == "sqlite":
+        return {}
+    if not os.environ.get("GOVRAG_STORE__URL"):
+        raise ConfigError("a PostgreSQL backup is restored only into a new, empty database "
+                          "you name: set GOVRAG_STORE__URL (and GOVRAG_STORE__ADMIN_URL, its "
+                          "owner) to it; restore never connects to a database the backed-up "
+                          "settings name")  # fmt: skip
+    return {} if os.environ.get("GOVRAG_STORE__ADMIN_URL") else {"store": {"admin_url": None}}
+
+
+def _link_anchors(s: Settings, staging: Path, manifest: BackupManifest) -> None:
+    """Re-create the links the backed-up deployment had in place of an anchor path: only
+    where the restored settings put that very setting, never inside the index folder, and
+    only in a folder of the staging area itself (no link is created through another)."""
+    configured = dict(anchor_settings(s))
+    index = s.resolve_path(s.store.index_dir)
+    for p in manifest.outside:
+        if p.link is None or p.link_target is None:
+            continue
+        link = staging / p.link
+        if p.setting not in configured or s.resolve_path(configured[p.setting]) != link:
+            raise ConfigError(f"the backup re-creates the link {p.link!r} for {p.setting}, "
+                              "which the restored settings do not put there; the backup was "
+                              "edited")  # fmt: skip
+        if inside(link, index) or inside(index, link):
+            raise ConfigError(f"the backup's link {p.link!r} is in the index folder; the "
+                              "backup was edited")  # fmt: skip
+        make_dirs(link.parent, 0o755)
+        if Path(os.path.realpath(link.parent)) != staging.resolve() / Path(p.link).parent:
+            raise ConfigError(f"the link {p.link!r} would be made through another link; the "
+                              "backup was edited")  # fmt: skip
+        if not link.is_symlink():
+            os.symlink(p.link_target, link)
 
 
 def _confine(s: Settings, staging: Path, manifest: BackupManifest) -> None:
     """Every path the restore writes or reads is inside ``staging``, or an item the backup
     places outside for that setting (see the module)."""
     root = staging.resolve()
-    allowed = {Path(p.original) for p in manifest.outside}
-    a = s.audit
+    #: Each setting may lie outside only at the place the backup puts that setting's item.
+    allowed = {p.setting: Path(p.original) for p in manifest.outside}
     # Not the model cache: deployments of one model may share it by design (entries keyed
     # by the model's files, written atomically), and a restore loads no model.
-    paths = [("store.index_dir", s.store.index_dir),
-             ("audit.checkpoint_dir", a.checkpoint_dir), ("audit.signing_key", a.signing_key),
-             *((f"audit.verify_keys[{i}]", v) for i, v in enumerate(a.verify_keys))]  # fmt: skip
-    if a.verify_key:
-        paths.append(("audit.verify_key", a.verify_key))
-    if s.auth.jwks_file:
-        paths.append(("auth.jwks_file", s.auth.jwks_file))
+    paths = [("store.index_dir", s.store.index_dir), *anchor_settings(s)]
     for setting, value in paths:
         resolved = s.resolve_path(value).resolve()
-        if not inside(resolved, root) and resolved not in allowed:
+        if not inside(resolved, root) and resolved != allowed.get(setting):
             raise ConfigError(f"the restored settings put {setting} at {str(resolved)!r}, "
                               "outside the deployment folder, where the backup places "
                               "nothing (an environment variable, or an edited govrag.toml?); "
@@ -195,11 +225,6 @@ def _confine(s: Settings, staging: Path, manifest: BackupManifest) -> None:
                               "backup holds (GOVRAG_STORE__URL set, or an edited "
                               "govrag.toml?); restore it as it was, then change the "
                               "settings")  # fmt: skip
-    elif not any(os.environ.get(name) for name in PG_TARGET_ENV):
-        raise ConfigError("a PostgreSQL backup is restored only into a new, empty database "
-                          "you name: set GOVRAG_STORE__URL (and GOVRAG_STORE__ADMIN_URL) to "
-                          "it; restore never connects to the database the backed-up settings "
-                          "name")  # fmt: skip
 
 
 def _place(source: Path, original: Path, setting: str, created: list[Path]) -> None:
@@ -213,7 +238,7 @@ def _place(source: Path, original: Path, setting: str, created: list[Path]) -> N
     if source.is_file():
         make_dirs(original.parent, 0o755, created)
         created.append(original)
-        shutil.copy2(source, original, follow_symlinks=False)
+        copy_new(source, original)
         return
     make_dirs(original, 0o755, created)
     for path in sorted(source.rglob("*")):
@@ -223,13 +248,14 @@ def _place(source: Path, original: Path, setting: str, created: list[Path]) -> N
         else:
             make_dirs(dest.parent, 0o755, created)
             created.append(dest)
-            shutil.copy2(path, dest, follow_symlinks=False)
+            copy_new(path, dest)
 
 
-def _open_and_check(root: Path) -> tuple[dict[str, int], AuditVerification]:
+def _open_and_check(root: Path, overrides: dict[str, Any]
+                    ) -> tuple[dict[str, int], AuditVerification]:  # fmt: skip
     """Open the restored deployment (migrating an older store), rebuild its derived indexes
     and verify its audit chains against its checkpoints."""
-    with Deployment.load(root) as dep:
+    with Deployment.load(root, **overrides) as dep:
         ops = Operators(dep)
         return ops.index_rebuild(), ops.audit_verify()
 

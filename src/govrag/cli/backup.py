@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import functools
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -14,8 +14,15 @@ if TYPE_CHECKING:
     from govrag.app import BackupReport, RestoreReport
 
 
-#: Values in these lines come from the backup (tenant ids, messages): never Rich markup.
-say = functools.partial(err.print, highlight=False, markup=False)
+#: A control character (C0, DEL, C1): shown escaped, never sent to the terminal.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def say(text: str) -> None:
+    """One line on stderr. Values in these lines come from the backup (tenant ids, audit
+    findings): never Rich markup, never a terminal escape sequence."""
+    err.print(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text), highlight=False,
+              markup=False)  # fmt: skip
 
 
 def register(app: typer.Typer) -> None:
