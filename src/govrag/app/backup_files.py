@@ -1,14 +1,10 @@
-"""The files of a backup: its manifest, writing them, and reading them back checked.
+"""The files of a backup: its manifest, and writing them.
 
-A restore reads a folder someone else may have written, so nothing in it is trusted until
-checked: the manifest is a typed record that refuses unknown fields; every path in it must
-stay inside the backup (no absolute path, no ``..``, under one of the backup's own folders).
-Each file is then read exactly once, through no link at any level (every component opened
-``O_NOFOLLOW`` from the backup folder down), as a regular file, hashed while it is copied to
-the restore's private staging area: a file swapped between a check and a copy, a link to a
-secret elsewhere, a FIFO or a device never gets in. A file is only ever created, never
-written over; and what a restore creates outside its target is recorded as it is created, so
-a failure removes exactly that (and no folder that was there before).
+The manifest is a typed record that refuses unknown fields; every file a backup holds is in
+it with its size, SHA-256 and mode. Files are only ever created, never written over
+(``O_EXCL | O_NOFOLLOW``), and folders are made one by one, so what a restore creates outside
+its target can be recorded as it is created (:func:`make_dirs`). Reading a backup back, which
+trusts none of it, is :mod:`govrag.app.backup_reading`.
 """
 
 from __future__ import annotations
@@ -20,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import BinaryIO, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from govrag.errors import InputError
 from govrag.settings import Settings
@@ -30,9 +26,8 @@ MANIFEST = "manifest.json"
 DATABASE_DIR = "database"
 DEPLOYMENT_DIR = "deployment"
 OUTSIDE_DIR = "outside"
-_CHUNK = 1 << 20
-#: Largest manifest read (a backup of a million files lists ~200 MB; refuse beyond).
-_MANIFEST_BYTES = 512 << 20
+#: Bytes read and written at a time.
+CHUNK = 1 << 20
 
 
 class _Record(BaseModel):
@@ -198,9 +193,9 @@ class Copier:
             src = open(source, "rb")  # noqa: SIM115 - closed below, after the existence check
         except FileNotFoundError:
             return  # gone since it was listed (a writer's temporary file renamed away)
-        with src, _create(target, 0o600) as out:
+        with src, create_file(target, 0o600) as out:
             mode = stat.S_IMODE(os.fstat(src.fileno()).st_mode)
-            while block := src.read(_CHUNK):
+            while block := src.read(CHUNK):
                 digest.update(block)
                 size += len(block)
                 out.write(block)
@@ -219,7 +214,7 @@ def _temporary(name: str) -> bool:
     return name.startswith(".") and name.endswith(".tmp")
 
 
-def _create(path: Path, mode: int) -> BinaryIO:
+def create_file(path: Path, mode: int) -> BinaryIO:
     """A new file, opened for writing; an existing one (or a link) is an error."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
@@ -233,8 +228,8 @@ def copy_new(source: Path, target: Path) -> None:
     """Copy ``source`` (a checked file of the restore's own work folder) to the new file
     ``target``, never through a link there, with ``source``'s mode."""
     mode = stat.S_IMODE(source.stat().st_mode)
-    with open(source, "rb") as src, _create(target, mode) as out:
-        while block := src.read(_CHUNK):
+    with open(source, "rb") as src, create_file(target, mode) as out:
+        while block := src.read(CHUNK):
             out.write(block)
         out.flush()
         os.fsync(out.fileno())
@@ -243,120 +238,14 @@ def copy_new(source: Path, target: Path) -> None:
 def _digest(path: Path) -> tuple[str, int]:
     digest, size = hashlib.sha256(), 0
     with open(path, "rb") as fh:
-        while block := fh.read(_CHUNK):
+        while block := fh.read(CHUNK):
             digest.update(block)
             size += len(block)
     return digest.hexdigest(), size
 
 
 def write_manifest(root: Path, manifest: BackupManifest) -> None:
-    with _create(root / MANIFEST, 0o600) as out:
+    with create_file(root / MANIFEST, 0o600) as out:
         out.write(manifest.model_dump_json(indent=1).encode())
         out.flush()
         os.fsync(out.fileno())
-
-
-def _open_inside(backup: Path, path: str) -> int:
-    """A descriptor of the regular file ``path`` under ``backup``, opened without following
-    a link at any level (see the module docstring)."""
-    parts = path.split("/")
-    fd = os.open(backup, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for part in parts[:-1]:
-            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            os.close(fd)
-            fd = nxt
-        leaf = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
-    finally:
-        os.close(fd)
-    if not stat.S_ISREG(os.fstat(leaf).st_mode):
-        os.close(leaf)
-        raise OSError(f"{path!r} is not a regular file")
-    return leaf
-
-
-def copy_checked(backup: Path, record: BackupFile, target: Path) -> None:
-    """Copy the backup's file ``record`` to the new file ``target`` (folders made 0700),
-    hashing as it goes: the bytes must be the recorded size and SHA-256. The mode is the
-    recorded one without write access for others (a hostile 0777 lands 0755)."""
-    where = str(backup / record.path)
-    try:
-        fd = _open_inside(backup, record.path)
-    except OSError as exc:
-        raise InputError(f"{where!r} is missing from the backup, or not a regular file "
-                         f"({exc.strerror or exc}); the backup is incomplete or was "
-                         "tampered with: use another copy") from None  # fmt: skip
-    make_dirs(target.parent, 0o700)
-    digest, size = hashlib.sha256(), 0
-    with os.fdopen(fd, "rb") as src, _create(target, 0o600) as out:
-        while size <= record.size and (block := src.read(_CHUNK)):
-            digest.update(block)
-            size += len(block)
-            out.write(block)
-        out.flush()
-        os.fsync(out.fileno())
-    if (size, digest.hexdigest()) != (record.size, record.sha256):
-        raise InputError(f"{where!r} does not match the manifest ({size} bytes read, "
-                         f"recorded {record.size}; or its SHA-256 differs): the backup is "
-                         "damaged; use another copy")  # fmt: skip
-    os.chmod(target, record.mode & 0o755)
-
-
-def read_manifest(backup: Path) -> BackupManifest:
-    """The backup's manifest, its paths checked (see the module); its files are checked as
-    they are copied (:func:`copy_checked`). A :class:`InputError` naming the fault."""
-    path = backup / MANIFEST
-    if not backup.is_dir():
-        raise InputError(f"{str(backup)!r} is not a folder; name the folder `govrag backup` "
-                         "wrote")  # fmt: skip
-    if not path.is_file() or path.stat().st_size > _MANIFEST_BYTES:
-        raise InputError(f"{str(backup)!r} is not a govrag backup: it has no readable "
-                         f"{MANIFEST} (`govrag backup DEST` writes one)")  # fmt: skip
-    try:
-        manifest = BackupManifest.model_validate_json(path.read_bytes())
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise InputError(f"{str(path)!r} is not a manifest this govrag reads: {where}: "
-                         f"{first['msg']}; was the backup written by a newer govrag, or "
-                         "edited?") from None  # fmt: skip
-    listed = {f.path for f in manifest.files}
-    if len(listed) != len(manifest.files):
-        raise InputError(f"{str(path)!r} lists a file twice; the backup was edited")
-    if manifest.database not in listed:
-        raise InputError(f"{str(path)!r} names the database {manifest.database!r}, which it "
-                         "does not list; the backup is incomplete")  # fmt: skip
-    folders = {DATABASE_DIR, DEPLOYMENT_DIR, *(p.folder for p in manifest.outside)}
-    absolute = [p.original for p in manifest.outside] + [p.link_target or "/" for p in
-                                                          manifest.outside]  # fmt: skip
-    if manifest.database_path is not None:
-        absolute.append(manifest.database_path)
-    for value in absolute:
-        if not value.startswith("/") or "\x00" in value or any(
-            part in (".", "..") for part in value.split("/")
-        ):  # fmt: skip
-            raise InputError(f"{str(path)!r} names {value!r}, which is not a plain absolute "
-                             "path; the backup was edited")  # fmt: skip
-    links = [p.link for p in manifest.outside if p.link is not None]
-    for p in manifest.outside:
-        if (p.link is None) != (p.link_target is None) or (p.link is not None and (
-            not _safe(p.link, {p.link}) or p.link_target != p.original
-            or any(other != p.link and (other.startswith(f"{p.link}/")
-                                        or p.link.startswith(f"{other}/")) for other in links)
-        )):  # fmt: skip
-            raise InputError(f"{str(path)!r}: the link {p.link!r} of {p.setting} is not a "
-                             "plain relative path leading to the item itself, or lies in "
-                             "another link; the backup was edited")  # fmt: skip
-    for f in manifest.files:
-        if not _safe(f.path, folders):
-            raise InputError(f"{str(path)!r} lists {f.path!r}, a path outside the backup's "
-                             "folders; the backup was edited")  # fmt: skip
-    return manifest
-
-
-def _safe(path: str, folders: set[str]) -> bool:
-    """A relative, ``..``-free path under one of ``folders`` (a folder or its first parts)."""
-    # Split by hand: PurePosixPath would tidy "a//b" and "a/./b" into paths that look safe.
-    if "\\" in path or "\0" in path or any(p in ("", ".", "..") for p in path.split("/")):
-        return False
-    return any(path == f or path.startswith(f"{f}/") for f in folders)

@@ -37,15 +37,14 @@ from govrag.app.backup_files import (
     DEPLOYMENT_DIR,
     BackupManifest,
     anchor_settings,
-    copy_checked,
     copy_new,
     database_file,
     fresh_folder,
     inside,
     make_dirs,
     occupied,
-    read_manifest,
 )
+from govrag.app.backup_reading import copy_checked, read_manifest
 from govrag.app.operators import Operators
 from govrag.deployment import Deployment
 from govrag.errors import ConfigError, GovragError, InputError, StoreError
