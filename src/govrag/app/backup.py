@@ -36,7 +36,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from govrag.app.backup_files import (
     DATABASE_DIR,
@@ -45,9 +45,11 @@ from govrag.app.backup_files import (
     Copier,
     Placed,
     anchor_settings,
+    create_file,
     database_file,
     fresh_folder,
     inside,
+    os_refusal,
     write_manifest,
 )
 from govrag.deployment import Deployment
@@ -55,9 +57,6 @@ from govrag.errors import ConfigError, InputError
 from govrag.harvest.state import STATE_DIR
 from govrag.store.clock import now_iso
 from govrag.store_url import parse_store_url
-
-if TYPE_CHECKING:
-    pass
 
 
 @dataclass
@@ -85,27 +84,26 @@ def back_up(dep: Deployment, dest: Path) -> BackupReport:
                           "its process; there is nothing to back up")  # fmt: skip
     dest = dest.resolve()
     anchor = [(setting, s.resolve_path(c)) for setting, c in anchor_settings(s)]
-    derived = [("store.index_dir", s.resolve_path(s.store.index_dir)),
-               ("embedder.cache_dir", s.resolve_path(s.embedder.cache_dir))]  # fmt: skip
+    index = s.resolve_path(s.store.index_dir).resolve()
+    cache = s.resolve_path(s.embedder.cache_dir).resolve()
     if inside(dest, root):
         raise InputError(f"the backup folder {str(dest)!r} is inside the deployment "
                          f"{str(root)!r}; put backups on other storage")  # fmt: skip
-    for setting, path in anchor + derived:
-        if inside(dest, path.resolve()):
+    for setting, path in [*((n, p.resolve()) for n, p in anchor),
+                          ("store.index_dir", index), ("embedder.cache_dir", cache)]:  # fmt: skip
+        if inside(dest, path):
             raise InputError(f"the backup folder {str(dest)!r} is inside {setting} "
-                             f"({str(path.resolve())!r}); put backups on storage of their "
-                             "own")  # fmt: skip
+                             f"({str(path)!r}); put backups on storage of their own")  # fmt: skip
     try:
-        return _back_up(dep, dest, root, anchor, started)
+        return _back_up(dep, dest, anchor, index=index, cache=cache, started=started)
     except OSError as exc:
-        raise InputError(f"cannot write the backup {str(dest)!r}: {exc.strerror or exc}"
-                         + (f" ({exc.filename})" if exc.filename else "")
-                         + "; check the folder's permissions and free space") from exc  # fmt: skip
+        raise os_refusal(exc, f"write the backup {str(dest)!r}") from exc
 
 
-def _back_up(dep: Deployment, dest: Path, root: Path, anchor: list[tuple[str, Path]],
-             started: float) -> BackupReport:  # fmt: skip
+def _back_up(dep: Deployment, dest: Path, anchor: list[tuple[str, Path]], *, index: Path,
+             cache: Path, started: float) -> BackupReport:  # fmt: skip
     s = dep.settings
+    root = s.deployment.resolve()
     url = parse_store_url(s.store.url)
     staging = fresh_folder(dest, "backup")
     try:
@@ -134,18 +132,16 @@ def _back_up(dep: Deployment, dest: Path, root: Path, anchor: list[tuple[str, Pa
         # 2. The truth store, one snapshot, in a file only its owner may read.
         database = f"{DATABASE_DIR}/{'govrag.db' if url.kind == 'sqlite' else 'govrag.pgdump'}"
         os.mkdir(staging / DATABASE_DIR, 0o700)
-        os.close(os.open(staging / database, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-        if url.kind == "postgresql":
-            os.unlink(staging / database)  # pg_dump creates its own (under a 0700 folder)
+        if url.kind == "sqlite":  # made 0600 first: SQLite would make it by the umask
+            create_file(staging / database, 0o600).close()
         dep.store.back_up(staging / database)
         copier.adopt(database)
         # 3. The rest of the deployment directory: what is not derived or cached.
         db_file = database_file(s)
-        left_out = {s.resolve_path(s.store.index_dir).resolve(), *(p for _, p in anchor)}
+        left_out = {index, *(p for _, p in anchor)}
         if db_file is not None:
             db = db_file.resolve()
             left_out |= {db, *(db.with_name(db.name + x) for x in ("-wal", "-shm", "-journal"))}
-        cache = s.resolve_path(s.embedder.cache_dir).resolve()
         keep = (root / STATE_DIR).resolve()  # source states live in the cache folder's tree
         skipped = copier.deployment(root, left_out, cache=cache, keep=keep, links=links)
         manifest = BackupManifest(
@@ -157,9 +153,7 @@ def _back_up(dep: Deployment, dest: Path, root: Path, anchor: list[tuple[str, Pa
             outside=placed, files=copier.files,
         )  # fmt: skip
         write_manifest(staging, manifest)
-        if dest.exists():  # an empty folder: the rename takes its place
-            os.rmdir(dest)
-        os.rename(staging, dest)
+        os.rename(staging, dest)  # over an empty folder too (rename(2) replaces one)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -111,6 +111,14 @@ def make_dirs(path: Path, mode: int, created: list[Path] | None = None) -> None:
             created.append(d)
 
 
+def os_refusal(exc: OSError, what: str) -> InputError:
+    """An OS error of a backup or restore (a folder not writable, a full disk) as a one-line
+    refusal naming the file."""
+    where = f" ({exc.filename})" if exc.filename else ""
+    return InputError(f"cannot {what}: {exc.strerror or exc}{where}; check the folder's "
+                      "permissions and free space")  # fmt: skip
+
+
 def occupied(path: Path) -> bool:
     """Whether something is at ``path`` that a backup or restore would write over: anything
     but nothing or an empty folder (a link, even to an empty folder, counts)."""
@@ -147,7 +155,8 @@ class Copier:
 
     def adopt(self, path: str) -> None:
         """Record a file already written into the backup (the database snapshot)."""
-        digest, size = _digest(self.root / path)
+        with open(self.root / path, "rb") as src:
+            digest, size = pump(src, None)
         self._record(path, size, digest, 0o600)
 
     def deployment(self, root: Path, left_out: set[Path], *, cache: Path, keep: Path,
@@ -156,30 +165,33 @@ class Copier:
         (anchor links, copied as outside items) and the cache folder (but its ``keep``
         subfolder); returns what was skipped as not a file."""
         skipped: list[str] = []
-        if inside(root, cache):  # a cache folder holding the deployment excludes nothing
-            cache = Path("/nonexistent/govrag-cache")
+        caching = not inside(root, cache)  # a cache folder holding the deployment: no cache
+
+        def passed_over(path: Path) -> bool:
+            """Left out, an anchor link, or in the cache folder but not on the way to (or
+            in) the folder it keeps."""
+            real = path.resolve()
+            return path in links or real in left_out or (
+                caching and inside(real, cache) and not inside(keep, real)
+                and not inside(real, keep)
+            )  # fmt: skip
+
         for dirpath, dirnames, filenames in os.walk(root):
             here = Path(dirpath)
             for name in list(dirnames):
                 sub = here / name
-                if sub in links or sub.resolve() in left_out or sub.is_symlink() or (
-                    inside(sub.resolve(), cache) and not inside(keep, sub.resolve())
-                    and not inside(sub.resolve(), keep)
-                ):  # fmt: skip
+                if passed_over(sub) or sub.is_symlink():
                     dirnames.remove(name)
                     if sub.is_symlink() and sub not in links:
                         skipped.append(str(sub.relative_to(root)))
             for name in filenames:
                 path = here / name
-                rel = f"{DEPLOYMENT_DIR}/{path.relative_to(root).as_posix()}"
-                if rel in self._done or path in links or path.resolve() in left_out:
-                    continue
-                if inside(path.resolve(), cache) and not inside(path.resolve(), keep):
+                if passed_over(path):
                     continue
                 if path.is_symlink() or not path.is_file():
                     skipped.append(str(path.relative_to(root)))
                     continue
-                self._copy(path, rel)
+                self._copy(path, f"{DEPLOYMENT_DIR}/{path.relative_to(root).as_posix()}")
         return skipped
 
     def _copy(self, source: Path, dest: str) -> None:
@@ -187,21 +199,14 @@ class Copier:
             return
         target = self.root / dest
         make_dirs(target.parent, 0o700)
-        digest = hashlib.sha256()
-        size = 0
         try:
             src = open(source, "rb")  # noqa: SIM115 - closed below, after the existence check
         except FileNotFoundError:
             return  # gone since it was listed (a writer's temporary file renamed away)
         with src, create_file(target, 0o600) as out:
             mode = stat.S_IMODE(os.fstat(src.fileno()).st_mode)
-            while block := src.read(CHUNK):
-                digest.update(block)
-                size += len(block)
-                out.write(block)
-            out.flush()
-            os.fsync(out.fileno())
-        self._record(dest, size, digest.hexdigest(), mode)
+            digest, size = pump(src, out)
+        self._record(dest, size, digest, mode)
 
     def _record(self, path: str, size: int, digest: str, mode: int) -> None:
         self._done.add(path)
@@ -224,24 +229,27 @@ def create_file(path: Path, mode: int) -> BinaryIO:
     return os.fdopen(fd, "wb")
 
 
+def pump(src: BinaryIO, out: BinaryIO | None, *, limit: int | None = None) -> tuple[str, int]:
+    """Read ``src`` to its end (or just past ``limit`` bytes), writing it to ``out`` (made
+    durable) if given; its SHA-256 and the bytes read."""
+    digest, size = hashlib.sha256(), 0
+    while (limit is None or size <= limit) and (block := src.read(CHUNK)):
+        digest.update(block)
+        size += len(block)
+        if out is not None:
+            out.write(block)
+    if out is not None:
+        out.flush()
+        os.fsync(out.fileno())
+    return digest.hexdigest(), size
+
+
 def copy_new(source: Path, target: Path) -> None:
     """Copy ``source`` (a checked file of the restore's own work folder) to the new file
     ``target``, never through a link there, with ``source``'s mode."""
     mode = stat.S_IMODE(source.stat().st_mode)
     with open(source, "rb") as src, create_file(target, mode) as out:
-        while block := src.read(CHUNK):
-            out.write(block)
-        out.flush()
-        os.fsync(out.fileno())
-
-
-def _digest(path: Path) -> tuple[str, int]:
-    digest, size = hashlib.sha256(), 0
-    with open(path, "rb") as fh:
-        while block := fh.read(CHUNK):
-            digest.update(block)
-            size += len(block)
-    return digest.hexdigest(), size
+        pump(src, out)
 
 
 def write_manifest(root: Path, manifest: BackupManifest) -> None:

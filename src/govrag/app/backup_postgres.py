@@ -11,9 +11,6 @@ roles are the server's, not the database's: create them first, as for a new depl
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
 from govrag.errors import ConfigError, StoreError
@@ -28,26 +25,17 @@ def pg_restore(settings: Settings, archive: Path) -> None:
         raise ConfigError("the backup holds a PostgreSQL store, but the restored settings' "
                           "[store] url is not postgresql://; point GOVRAG_STORE__URL (and "
                           "GOVRAG_STORE__ADMIN_URL) at a new, empty database")  # fmt: skip
-    from govrag.store.pg_database import describe_server, libpq_env
+    from govrag.store.pg_database import describe_server, run_client
 
     secret = url.get_secret_value()
     where = describe_server(secret)
     if _holds_a_store(secret, where):
         raise ConfigError(f"the database {where} holds a govrag store already; a restore "
                           "never merges: create a new, empty database for it")  # fmt: skip
-    program = shutil.which("pg_restore")
-    if program is None:
-        raise StoreError("pg_restore is not on PATH; install the PostgreSQL client tools of "
-                         "the server's major version (docs/backup.md)")  # fmt: skip
-    env = os.environ | libpq_env(secret)
-    done = subprocess.run(
-        [program, "--exit-on-error", "--single-transaction", "--no-owner",
-         "--dbname", env.get("PGDATABASE", ""), str(archive)],
-        env=env, capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    if done.returncode != 0:
-        reason = (done.stderr.strip() or f"exit code {done.returncode}").splitlines()[-1]
-        raise StoreError(f"pg_restore into {where} failed, and restored nothing: {reason} "
+    failed = run_client("pg_restore", secret, ["--exit-on-error", "--single-transaction",
+                                               "--no-owner", str(archive)])  # fmt: skip
+    if failed is not None:
+        raise StoreError(f"pg_restore into {where} failed, and restored nothing: {failed} "
                          "(are the roles created? docs/backup.md)")  # fmt: skip
 
 

@@ -10,7 +10,6 @@ copy, a link to a secret elsewhere, a FIFO or a device never gets in.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 from pathlib import Path
@@ -18,7 +17,6 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from govrag.app.backup_files import (
-    CHUNK,
     DATABASE_DIR,
     DEPLOYMENT_DIR,
     MANIFEST,
@@ -26,6 +24,7 @@ from govrag.app.backup_files import (
     BackupManifest,
     create_file,
     make_dirs,
+    pump,
 )
 from govrag.errors import InputError
 
@@ -64,15 +63,9 @@ def copy_checked(backup: Path, record: BackupFile, target: Path) -> None:
                          f"({exc.strerror or exc}); the backup is incomplete or was "
                          "tampered with: use another copy") from None  # fmt: skip
     make_dirs(target.parent, 0o700)
-    digest, size = hashlib.sha256(), 0
     with os.fdopen(fd, "rb") as src, create_file(target, 0o600) as out:
-        while size <= record.size and (block := src.read(CHUNK)):
-            digest.update(block)
-            size += len(block)
-            out.write(block)
-        out.flush()
-        os.fsync(out.fileno())
-    if (size, digest.hexdigest()) != (record.size, record.sha256):
+        digest, size = pump(src, out, limit=record.size)
+    if (size, digest) != (record.size, record.sha256):
         raise InputError(f"{where!r} does not match the manifest ({size} bytes read, "
                          f"recorded {record.size}; or its SHA-256 differs): the backup is "
                          "damaged; use another copy")  # fmt: skip

@@ -43,6 +43,7 @@ from govrag.app.backup_files import (
     inside,
     make_dirs,
     occupied,
+    os_refusal,
 )
 from govrag.app.backup_reading import copy_checked, read_manifest
 from govrag.app.operators import Operators
@@ -98,7 +99,7 @@ def restore(backup: Path, target: Path, *, outside: bool = False) -> RestoreRepo
         staging = fresh_folder(target, "restore")
         work = Path(tempfile.mkdtemp(prefix=f".{target.name}.restore-work-", dir=target.parent))
     except OSError as exc:
-        raise _os_error(exc, target) from exc
+        raise os_refusal(exc, f"restore into {str(target)!r}") from exc
     created: list[Path] = []  # made outside the target, in order; removed again on failure
     try:
         indexed, audit = _restore(backup, manifest, staging, work, created)
@@ -110,7 +111,7 @@ def restore(backup: Path, target: Path, *, outside: bool = False) -> RestoreRepo
             with contextlib.suppress(OSError):
                 path.rmdir() if path.is_dir() and not path.is_symlink() else path.unlink()
         if isinstance(exc, OSError):
-            raise _os_error(exc, target) from exc
+            raise os_refusal(exc, f"restore into {str(target)!r}") from exc
         if type(exc) in (ConfigError, InputError, StoreError):
             # Named after the target: the staging folder in the message is gone now.
             raise type(exc)(str(exc).replace(str(staging), str(target))) from exc
@@ -269,9 +270,3 @@ def _relocated(audit: AuditVerification, staging: Path, target: Path) -> AuditVe
         audit, checkpoint_dir=moved(audit.checkpoint_dir),
         findings=[dataclasses.replace(f, message=moved(f.message)) for f in audit.findings],
     )  # fmt: skip
-
-
-def _os_error(exc: OSError, target: Path) -> GovragError:
-    where = f" ({exc.filename})" if exc.filename else ""
-    return InputError(f"cannot restore into {str(target)!r}: {exc.strerror or exc}{where}; "
-                      "check the folder's permissions and free space")  # fmt: skip

@@ -184,19 +184,11 @@ class PgDatabase:
 
     def back_up(self, dest: Path) -> None:
         """``pg_dump --format=custom`` of the database as its owner (``admin_url``): one
-        snapshot, row-level security, grants and the per-tenant vector indexes included.
-        The password goes to pg_dump in its environment, never on its command line."""
-        pg_dump = shutil.which("pg_dump")
-        if pg_dump is None:
-            raise StoreError("pg_dump is not on PATH; install the PostgreSQL client tools of "
-                             "the server's major version (docs/backup.md)")  # fmt: skip
-        env = os.environ | libpq_env(self.admin_url)
-        done = subprocess.run([pg_dump, "--format=custom", "--file", str(dest)], env=env,
-                              capture_output=True, text=True, check=False)  # fmt: skip
-        if done.returncode != 0:
-            reason = (done.stderr.strip() or f"exit code {done.returncode}").splitlines()[-1]
+        snapshot, row-level security, grants and the per-tenant vector indexes included."""
+        failed = run_client("pg_dump", self.admin_url, ["--format=custom", "--file", str(dest)])
+        if failed is not None:
             raise StoreError(f"pg_dump of the PostgreSQL store at {self.where} failed: "
-                             f"{reason}")  # fmt: skip
+                             f"{failed}")  # fmt: skip
 
 
 #: libpq's environment variable for each connection parameter govrag's URLs may carry.
@@ -204,11 +196,22 @@ _LIBPQ_ENV = {"host": "PGHOST", "port": "PGPORT", "user": "PGUSER", "password": 
               "dbname": "PGDATABASE", "sslmode": "PGSSLMODE"}  # fmt: skip
 
 
-def libpq_env(url: str) -> dict[str, str]:
-    """The connection parameters of ``url`` as libpq environment variables (for a client
-    program: a URL on its command line would show its password to every local user)."""
+def run_client(program: str, url: str, args: list[str]) -> str | None:
+    """Run the PostgreSQL client ``program`` (``pg_dump``, ``pg_restore``) on the database of
+    ``url``; ``None`` when it succeeded, else why it failed (its last line of errors). The
+    connection goes to it in its environment: a URL on its command line would show its
+    password to every local user."""
+    found = shutil.which(program)
+    if found is None:
+        raise StoreError(f"{program} is not on PATH; install the PostgreSQL client tools of "
+                         "the server's major version (docs/backup.md)")  # fmt: skip
     params = conninfo_to_dict(url)
-    return {env: str(params[key]) for key, env in _LIBPQ_ENV.items() if params.get(key)}
+    env = os.environ | {v: str(params[k]) for k, v in _LIBPQ_ENV.items() if params.get(k)}
+    done = subprocess.run([found, "--dbname", env.get("PGDATABASE", ""), *args], env=env,
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    if done.returncode == 0:
+        return None
+    return (done.stderr.strip() or f"exit code {done.returncode}").splitlines()[-1]
 
 
 def _unreachable(exc: Exception, where: str) -> StoreError:
