@@ -32,6 +32,8 @@ from typing import Any
 import pytest
 
 import govrag
+from govrag.app.backup import back_up
+from govrag.deployment import Deployment
 from govrag.store.migrations import migrations
 from govrag.testing import PgServer
 from govrag.types import Principal
@@ -252,3 +254,27 @@ def _empty_database(pg: PgServer, store: dict[str, str], name: str) -> dict[str,
     with psycopg.connect(store["admin_url"], autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     return {key: url.rsplit("/", 1)[0] + f"/{name}" for key, url in store.items()}
+
+
+def test_a_checkpoint_written_during_the_snapshot_stays_out_of_the_backup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint that lands between the copy of the anchor and the database snapshot
+    signs events the snapshot may lack: it must not be copied later with the rest of the
+    deployment folder, also when the deployment is named by a relative path (as ``-d dep``
+    names it)."""
+    _deployment(tmp_path / "dep")
+    monkeypatch.chdir(tmp_path)
+    with Deployment.load("dep") as dep:
+        snapshot = dep.store.back_up
+
+        def back_up_meanwhile(dest: Path) -> None:
+            (tmp_path / "dep" / "audit-checkpoints" / "t-bank" / "late.json").write_text("{}")
+            snapshot(dest)
+
+        monkeypatch.setattr(dep.store, "back_up", back_up_meanwhile)
+        report = back_up(dep, tmp_path / "backup")
+    listed = [f["path"] for f in json.loads((Path(report.path) / "manifest.json").read_text())
+              ["files"]]  # fmt: skip
+    assert any("audit-checkpoints" in f for f in listed)
+    assert not any(f.endswith("late.json") for f in listed)

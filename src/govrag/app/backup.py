@@ -138,7 +138,7 @@ def _back_up(dep: Deployment, dest: Path, anchor: list[tuple[str, Path]], *, ind
         copier.adopt(database)
         # 3. The rest of the deployment directory: what is not derived or cached.
         db_file = database_file(s)
-        left_out = {index, *(p for _, p in anchor)}
+        left_out = {index, *(p.resolve() for _, p in anchor)}
         if db_file is not None:
             db = db_file.resolve()
             left_out |= {db, *(db.with_name(db.name + x) for x in ("-wal", "-shm", "-journal"))}
