@@ -308,7 +308,7 @@ def test_a_backup_is_never_written_into_the_audit_anchor(
 
 
 def test_a_checkpoint_folder_linked_to_other_storage_comes_back_as_that_link(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = wire_bank(tmp_path / "dep", routes={})
     worm = tmp_path / "worm"
@@ -316,7 +316,8 @@ def test_a_checkpoint_folder_linked_to_other_storage_comes_back_as_that_link(
         shutil.move(root / "audit-checkpoints", worm)
     worm.mkdir(exist_ok=True)
     (root / "audit-checkpoints").symlink_to(worm)
-    with govrag.open(root) as app:
+    monkeypatch.chdir(tmp_path)  # named as `govrag backup -d dep` names it
+    with govrag.open("dep") as app:
         app.callers.search(govrag.local_principal(app.settings, "ana"), "wire limit")
         app.operators.audit_checkpoint()
         (worm / "t-bank" / ".zz-being-written.tmp").write_text("half a checkpoint")

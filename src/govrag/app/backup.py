@@ -121,12 +121,15 @@ def _back_up(dep: Deployment, dest: Path, anchor: list[tuple[str, Path]], *, ind
                 copier.tree(path, folder)
                 # Re-created by restore only when the setting's own path is the link (a
                 # link further up is the operator's to make again).
-                link = configured if configured.is_symlink() and inside(configured, root) else None
+                base = s.deployment.absolute()  # as written: a link is not resolved away
+                link = configured.absolute() if configured.is_symlink() else None
+                if link is not None and not inside(link, base):
+                    link = None
                 if link is not None:
                     links.add(link)
                 placed.append(Placed(
                     setting=setting, original=str(path), folder=folder,
-                    link=None if link is None else link.relative_to(root).as_posix(),
+                    link=None if link is None else link.relative_to(base).as_posix(),
                     link_target=None if link is None else str(link.resolve()),
                 ))  # fmt: skip
         # 2. The truth store, one snapshot, in a file only its owner may read.
