@@ -59,8 +59,8 @@ def backups(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"old": old, "new": new, "live": root}
 
 
-def _copy(backup: Path, tmp_path: Path) -> Path:
-    return Path(shutil.copytree(backup, tmp_path / "copy"))
+def _copy(backup: Path, tmp_path: Path, name: str = "copy") -> Path:
+    return Path(shutil.copytree(backup, tmp_path / name))
 
 
 def _manifest(backup: Path) -> dict[str, Any]:
@@ -358,12 +358,12 @@ def test_links_in_a_backup_never_lead_restore_outside_the_target(
         ("audit.verify_keys[0]", "audit-checkpoints/profile.d", tmp_path / "ring"),
     )
     _refused(copy, tmp_path / "target", "lies in another link", outside=True)
-    copy = Path(shutil.copytree(backups["new"], tmp_path / "copy2"))
+    copy = _copy(backups["new"], tmp_path, "copy2")
     _linked(copy, ("audit.checkpoint_dir", "index/default-0000", victim / "index"))
     with pytest.raises(govrag.ConfigError, match="do not put there"):
         govrag.restore(copy, tmp_path / "target", outside=True)
     _nothing_left(tmp_path, tmp_path / "target")
-    copy = Path(shutil.copytree(backups["new"], tmp_path / "copy3"))
+    copy = _copy(backups["new"], tmp_path, "copy3")
     # The keyring's place, claimed for a setting the restored deployment does not set.
     _linked(copy, ("audit.verify_key", "keys/audit-keyring", victim / "ring"))
     with pytest.raises(govrag.ConfigError, match="do not put there"):

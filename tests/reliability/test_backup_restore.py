@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -176,7 +177,7 @@ def test_backups_taken_while_another_process_searches_restore_verified(tmp_path:
     })  # fmt: skip
 
 
-def _wait_for(condition: Any, process: subprocess.Popen[str]) -> None:
+def _wait_for(condition: Callable[[], bool], process: subprocess.Popen[str]) -> None:
     deadline = time.monotonic() + 120  # a safety bound, not a timing assertion
     while not condition():
         assert process.poll() is None, process.stderr.read() if process.stderr else ""

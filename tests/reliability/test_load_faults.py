@@ -29,7 +29,7 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -181,7 +181,8 @@ def _terminate(store: dict[str, str]) -> int:
     return len(rows)
 
 
-def _until(load: Load, phase: str, n: int, during: Any = None, enough: Any = None) -> None:
+def _until(load: Load, phase: str, n: int, during: Callable[[], None] | None = None,
+           enough: Callable[[], bool] | None = None) -> None:  # fmt: skip
     """Run ``phase`` until it has ``n`` responses (and ``enough()``), calling ``during()``."""
     load.phase = phase
     started = time.monotonic()
