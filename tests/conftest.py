@@ -244,18 +244,26 @@ def doc(
     author: str | None = None,
     title: str = "",
     metadata: dict[str, Any] | None = None,
+    updated_at: str | None = None,
+    effective_at: str | None = None,
+    supersedes: list[str] | None = None,
 ) -> DocumentRecord:
-    return DocumentRecord(
-        type="document",
-        source_system=source,
-        external_id=external_id,
-        corpus=corpus,
-        title=title,
-        text=text,
-        acl=acl,
-        classification=Classification.parse(classification),
-        author=author,
-        metadata=metadata or {},
+    return DocumentRecord.model_validate(
+        {
+            "type": "document",
+            "source_system": source,
+            "external_id": external_id,
+            "corpus": corpus,
+            "title": title,
+            "text": text,
+            "acl": acl,
+            "classification": Classification.parse(classification),
+            "author": author,
+            "metadata": metadata or {},
+            "updated_at": updated_at,
+            "effective_at": effective_at,
+            "supersedes": supersedes or [],
+        }
     )
 
 

@@ -48,11 +48,17 @@ class Classification(IntEnum):
 
 
 class Strategy(StrEnum):
-    """Retrieval strategies available from the store."""
+    """Retrieval strategies available from the store (``docs/strategies.md``).
+
+    ``temporal`` ranks like ``hybrid`` (``keyword`` without vectors), then prefers what is in
+    effect now (or at the request's ``as_of``): a version superseded by one the caller may
+    read, or not yet in effect, is demoted, and older documents decay by a half-life.
+    """
 
     KEYWORD = "keyword"
     SEMANTIC = "semantic"
     HYBRID = "hybrid"
+    TEMPORAL = "temporal"
 
 
 class QueryExpansion(StrEnum):
@@ -349,6 +355,31 @@ def _check_text(value: str, what: str) -> None:
         raise ValueError(f"{what} contains a NUL character; remove it")
 
 
+TimeField = Literal["updated_at", "effective_at"]
+
+
+class TimeRange(Frozen):
+    """Documents whose ``field`` lies in ``[start, end]`` (either bound may be open).
+
+    ``updated_at`` is when the source last changed the document; ``effective_at`` is when
+    that version took effect, which is its ``updated_at`` when the source named no
+    ``effective_at``. A document without the time is outside every range.
+    """
+
+    field: TimeField = "effective_at"
+    start: AwareDatetime | None = None
+    end: AwareDatetime | None = None
+
+    def model_post_init(self, __context: object) -> None:
+        if self.start is None and self.end is None:
+            raise ValueError("time_range needs 'start' and/or 'end' (ISO 8601 with a zone)")
+        if self.start is not None and self.end is not None and self.start > self.end:
+            raise ValueError(
+                f"time_range start {self.start.isoformat()} is after its end "
+                f"{self.end.isoformat()}; swap them"
+            )
+
+
 class SearchRequest(Frozen):
     """What a caller asks the store for. The principal is passed separately, never in here."""
 
@@ -364,6 +395,19 @@ class SearchRequest(Frozen):
     #: caller question, while its model searches in words of its own (the hint a person
     #: gets is about what the person asked, whatever model runs).
     marker_query: Annotated[str, StringConstraints(max_length=4096)] | None = None
+    #: Only documents in effect at this instant (``effective_at``, else ``updated_at``, at
+    #: or before it; undated documents count as always in effect). The ``temporal``
+    #: strategy also takes it as "now": what supersedes a version must be in effect by then.
+    as_of: AwareDatetime | None = None
+    #: Only documents whose time lies in the range.
+    time_range: TimeRange | None = None
+
+    @property
+    def narrowed(self) -> bool:
+        """Whether the request narrows by document metadata (filters or times): then no
+        hidden-item marker, since metadata of documents the caller cannot read must select
+        nothing."""
+        return bool(self.filters) or self.as_of is not None or self.time_range is not None
 
     @field_validator("query")
     @classmethod

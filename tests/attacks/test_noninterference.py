@@ -17,7 +17,10 @@ identical except for
     marker budget (before that, saying such material exists is the marker's whole purpose),
 
 must give P exactly the same outputs, down to the last bit of every score, for every
-strategy, top_k, corpus choice and caller filter (``eq``, ``in``, ``range``, ``prefix``),
+strategy, top_k, corpus choice, caller filter (``eq``, ``in``, ``range``, ``prefix``) and
+``as_of``, where documents carry times and name versions they replace (``supersedes``, which
+world B's unreadable documents add, change or drop: a replacement P cannot read never demotes
+what P reads),
 through the governed path (session, PEP, gateway, marker budget, validation), the store's own
 search, an answer (``ask``), document metadata, a click and the metrics exposition an
 operator scrapes. Every scenario's worlds are checked to differ, and the base world always
@@ -33,6 +36,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -92,6 +96,10 @@ class Doc:
     author: str | None
     meta: int
     tenant: str = "t1"
+    #: A year index (``updated_at`` in mid-year 2020 + ``year``), or undated.
+    year: int | None = None
+    #: Versions this one replaces (the temporal strategy's ``supersedes``).
+    supersedes: tuple[str, ...] = ()
 
     def record(self) -> Record:
         return doc(
@@ -102,6 +110,8 @@ class Doc:
             classification=LEVELS[self.level],
             author=self.author,
             metadata={"k": self.meta, "s": f"tag-{self.meta}"},
+            updated_at=None if self.year is None else f"{2020 + self.year}-06-01T00:00:00Z",
+            supersedes=[e for e in self.supersedes if e != self.ext],
         )
 
 
@@ -113,6 +123,12 @@ class Ask:
     filter: MetadataFilter | None
     #: The corpora P names (``None``: the route's scope).
     corpora: tuple[str, ...] | None = None
+    #: ``as_of`` as a year index (see :attr:`Doc.year`); ``None``: no time filter.
+    as_of: int | None = None
+
+    @property
+    def as_of_time(self) -> datetime | None:
+        return None if self.as_of is None else datetime(2020 + self.as_of, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -137,11 +153,21 @@ filters = st.none() | st.none() | st.one_of(
     st.builds(lambda v: MetadataFilter(key="s", op="prefix", value=v),
               st.sampled_from(["tag-", "tag-1", "tag-3", "x"])),
 )  # fmt: skip
+#: Year indexes of document times and ``as_of`` (or undated).
+years = st.none() | st.integers(min_value=0, max_value=5)
+#: What a document may name in ``supersedes``: drawn documents, the unreadable one, the probe.
+REPLACED = ["d0", "d1", "d2", "d3", "u0", "probe"]
 corpus_choices = st.sampled_from([None, None, ("c1",), (EXCLUDED,), ("c2", EXCLUDED)])
 
 
+KINDS = ("above", "metadata", "tenant", "corpus", "past_budget")
+
+
 @st.composite
-def scenarios(draw: st.DrawFn) -> Scenario:
+def scenarios(
+    draw: st.DrawFn, kinds: tuple[str, ...] = KINDS, strategies: tuple[Strategy, ...] = ()
+) -> Scenario:
+    """A pair of worlds of one of ``kinds``, and P's asks (in ``strategies``; default all)."""
     clearance = draw(st.integers(min_value=0, max_value=2))  # (a) needs a level above it
 
     def a_doc(ext: str, *, level: int, acls: tuple[list[str], ...], corpus: str) -> Doc:
@@ -153,6 +179,8 @@ def scenarios(draw: st.DrawFn) -> Scenario:
             level=level,
             author=draw(st.none() | st.sampled_from(["A", "B"])),
             meta=draw(st.integers(min_value=0, max_value=3)),
+            year=draw(years),
+            supersedes=tuple(draw(st.lists(st.sampled_from(REPLACED), max_size=2))),
         )
 
     every_acl = READABLE_ACLS + UNREADABLE_ACLS
@@ -169,7 +197,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     unreadable = a_doc("u0", level=clearance, acls=UNREADABLE_ACLS, corpus="c1")
     probe_doc = Doc("probe", "c2", f"{PROBE} {draw(words)}", ("B",), clearance, "B", 0)
     base = (*drawn, unreadable, probe_doc)
-    kind = draw(st.sampled_from(["above", "metadata", "tenant", "corpus", "past_budget"]))
+    kind = draw(st.sampled_from(kinds))
     changed: tuple[Doc, ...] = ()
     added: tuple[Doc, ...] = ()
     budget = 10_000
@@ -182,10 +210,12 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         )  # fmt: skip
     elif kind == "metadata":
         changed = tuple(
-            replace(d, meta=(d.meta + draw(st.integers(min_value=1, max_value=3))) % 4)
+            replace(d, meta=(d.meta + draw(st.integers(min_value=1, max_value=3))) % 4,
+                    year=draw(years),
+                    supersedes=tuple(draw(st.lists(st.sampled_from(REPLACED), max_size=2))))
             for d in base
             if list(d.acl) in UNREADABLE_ACLS
-        )
+        )  # fmt: skip
     elif kind == "tenant":
         added = tuple(
             replace(a_doc(f"x{i}", level=0, acls=every_acl,
@@ -207,10 +237,11 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     asks = tuple(
         Ask(
             query=draw(st.one_of(words, hidden_words, hidden_words)),
-            strategy=draw(st.sampled_from(list(Strategy))),
+            strategy=draw(st.sampled_from(strategies or list(Strategy))),
             top_k=draw(st.integers(min_value=1, max_value=6)),
             filter=draw(filters),
             corpora=draw(corpus_choices),
+            as_of=draw(st.none() | st.none() | years),
         )
         for _ in range(draw(st.integers(min_value=1, max_value=3)))
     )
@@ -258,13 +289,13 @@ def observe(dep: Deployment, principal: Principal, ask: Ask, *, budgeted: bool) 
     seen = [
         _outcome(lambda: dep.governed.search(
             principal, ask.query, strategy=ask.strategy, top_k=ask.top_k, filters=filters,
-            corpora=ask.corpora).as_dict()),
+            corpora=ask.corpora, as_of=ask.as_of_time).as_dict()),
         _outcome(lambda: dep.orchestrator.ask(principal, ask.query).as_dict()),
     ]  # fmt: skip
     if not budgeted:
         seen.append(_outcome(lambda: dep.store.search(principal, SearchRequest(
             query=ask.query, strategy=ask.strategy, top_k=ask.top_k, filters=filters,
-            corpora=("c1", "c2"))).model_dump(mode="json")))  # fmt: skip
+            corpora=("c1", "c2"), as_of=ask.as_of_time)).model_dump(mode="json")))  # fmt: skip
     return seen
 
 
@@ -386,6 +417,10 @@ def test_sqlite_outputs_do_not_depend_on_what_p_cannot_see_with_the_binary_prefi
 def test_postgres_outputs_do_not_depend_on_what_p_cannot_see(
     pg_cluster: Any, scenario: Scenario
 ) -> None:
+    event(run_on_postgres(pg_cluster, scenario))
+
+
+def run_on_postgres(pg_cluster: Any, scenario: Scenario) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         root = deployment_dir(Path(tmp) / "dep")
 
@@ -404,7 +439,27 @@ def test_postgres_outputs_do_not_depend_on_what_p_cannot_see(
                 dep.close()
                 drop_pg_database(pg_cluster, dsn)
 
-        event(check(scenario, open_world))
+        return check(scenario, open_world)
+
+
+#: World B gives P's unreadable documents other times and replaced versions; P ranks by time.
+replacements = scenarios(kinds=("metadata",), strategies=(Strategy.TEMPORAL,))
+
+
+@deep(20)
+@given(scenario=replacements)
+def test_sqlite_replacements_p_cannot_read_demote_nothing(scenario: Scenario) -> None:
+    """The temporal strategy prefers a version over those it ``supersedes`` only when P may
+    read it: an unreadable replacement (drawn, changed or dropped) changes no score."""
+    event(run_on_sqlite(scenario))
+
+
+@deep(8)
+@given(scenario=replacements)
+def test_postgres_replacements_p_cannot_read_demote_nothing(
+    pg_cluster: Any, scenario: Scenario
+) -> None:
+    event(run_on_postgres(pg_cluster, scenario))
 
 
 def test_a_world_pair_where_the_old_marker_and_scores_leaked() -> None:

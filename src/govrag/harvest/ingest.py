@@ -33,6 +33,7 @@ from govrag.harvest.records import (
     Record,
 )
 from govrag.settings import IngestSettings
+from govrag.store.clock import utc_instant
 from govrag.store.filters import meta_rows
 from govrag.store.protocol import IngestWrites
 from govrag.store.records import ChunkRow, DocumentWrite
@@ -266,7 +267,7 @@ class Ingestor:
             text_hash = _sha(
                 [rec.title, rec.text, self.settings.chunk_tokens, self.settings.section_tokens]
             )
-            record_hash = _sha([text_hash, rec.model_dump(mode="json", exclude={"text", "title"})])
+            record_hash = _sha([text_hash, rec.model_dump(mode="json", exclude=_unhashed(rec))])
             old = stored.get((rec.source_system, rec.external_id))
             chunks: list[ChunkRow] | None = None
             if old is None or old.text_hash != text_hash:
@@ -306,6 +307,9 @@ class Ingestor:
                 classification=int(rec.classification),
                 authority_tier=rec.authority_tier,
                 updated_at=rec.updated_at.isoformat() if rec.updated_at else None,
+                effective_at=utc_instant(rec.effective_at or rec.updated_at),
+                updated_utc=utc_instant(rec.updated_at),
+                supersedes=tuple(rec.supersedes),
                 metadata_json=json.dumps(rec.metadata, sort_keys=True, ensure_ascii=False),
                 metadata_rows=tuple(meta_rows(rec.metadata)),
                 chunks=tuple(chunks) if chunks is not None else None,
@@ -321,6 +325,18 @@ class Ingestor:
             setattr(self.report, outcome, getattr(self.report, outcome) + 1)
             if chunks is not None and outcome != "unchanged":
                 self.report.chunks += n_indexed
+
+
+def _unhashed(rec: DocumentRecord) -> set[str]:
+    """Fields a record's hash leaves out: its text (hashed on its own) and title, and the
+    time fields while unset, so a record written before they existed hashes as it did
+    (re-sending it is still ``unchanged``)."""
+    skip = {"text", "title"}
+    if rec.effective_at is None:
+        skip.add("effective_at")
+    if not rec.supersedes:
+        skip.add("supersedes")
+    return skip
 
 
 def ingest_jsonl(

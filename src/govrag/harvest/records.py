@@ -202,6 +202,12 @@ class DocumentRecord(_Record):
     acl: list[Id] = Field(max_length=10_000)
     classification: Classification
     updated_at: datetime | None = None
+    #: When this version takes effect (a policy adopted now, in force from next month);
+    #: without it, the version is in effect from ``updated_at``.
+    effective_at: datetime | None = None
+    #: External ids of documents of the same source system that this version replaces: the
+    #: ``temporal`` strategy prefers it over them, for callers who may read it.
+    supersedes: list[Id] = Field(default_factory=list, max_length=100)
     authority_tier: int = Field(default=3, ge=1, le=5)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
@@ -222,7 +228,7 @@ class DocumentRecord(_Record):
         _check_text(value)
         return value
 
-    @field_validator("updated_at")
+    @field_validator("updated_at", "effective_at")
     @classmethod
     def _aware(cls, value: datetime | None) -> datetime | None:
         if value is not None and value.utcoffset() is None:
@@ -236,6 +242,18 @@ class DocumentRecord(_Record):
     @classmethod
     def _acl(cls, value: list[str]) -> list[str]:
         return sorted({check_id(v) for v in value})
+
+    @field_validator("supersedes")
+    @classmethod
+    def _supersedes(cls, value: list[str]) -> list[str]:
+        return sorted({check_id(v) for v in value})
+
+    def model_post_init(self, __context: object) -> None:
+        if self.external_id in self.supersedes:
+            raise ValueError(
+                f"document {self.external_id!r} names itself in 'supersedes'; list the ids "
+                "of the versions it replaces"
+            )
 
     _metadata = field_validator("metadata")(check_document_metadata)
 

@@ -76,6 +76,14 @@ class SearchSettings(Section):
     default_top_k: int = Field(default=10, ge=1, le=1000)
     #: The strategy of ``govrag ask``'s retrieves (and ``govrag search`` without --strategy).
     default_strategy: Strategy = Strategy.HYBRID
+    #: The ``temporal`` strategy (govrag/store/temporal.py): the weight of recency in its
+    #: score (0: none; 1: an old version scores nothing), the age at which recency halves,
+    #: and the factor on a version superseded (by one the caller may read) or not yet in
+    #: effect. Chosen by hand, not tuned: a superseded version drops below a current one of
+    #: about a tenth of its score, and a year's age costs 15 % at most.
+    temporal_recency_weight: float = Field(default=0.3, ge=0.0, le=1.0)
+    temporal_half_life_days: float = Field(default=365.0, gt=0.0, le=36_500.0)
+    superseded_weight: float = Field(default=0.1, ge=0.0, le=1.0)
     #: Report whether a relevant candidate was removed by access rules (content-free).
     hidden_marker: bool = True
     #: Most contacts (source system, author email) one marker names.

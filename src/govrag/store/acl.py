@@ -28,12 +28,20 @@ WITH RECURSIVE reach(source_system, principal_id) AS (
 SELECT source_system, principal_id FROM reach
 """
 
-#: The caller's ACL predicate on a document ``d``: some ACL row names one of the caller's
-#: principals (bound as pairs). The principal list is uncorrelated, so engines build it once.
-ACL_EXISTS = (
-    "EXISTS (SELECT 1 FROM doc_acl a WHERE {plus}a.tenant_id = d.tenant_id AND a.doc_id = d.doc_id "
-    "AND (a.source_system, a.principal_id) IN (SELECT ss, pid FROM {pairs}))"
-)
+
+def acl_exists(doc: str) -> str:
+    """The caller's ACL predicate on the document aliased ``doc``: some ACL row names one of
+    the caller's principals (bound as pairs). The principal list is uncorrelated, so engines
+    build it once."""
+    return (
+        f"EXISTS (SELECT 1 FROM doc_acl a WHERE {{plus}}a.tenant_id = {doc}.tenant_id "
+        f"AND a.doc_id = {doc}.doc_id "
+        "AND (a.source_system, a.principal_id) IN (SELECT ss, pid FROM {pairs}))"
+    )
+
+
+#: :func:`acl_exists` on a document ``d``.
+ACL_EXISTS = acl_exists("d")
 
 
 def resolve_access(

@@ -12,3 +12,9 @@ def iso(moment: datetime) -> str:
 
 def now_iso() -> str:
     return iso(datetime.now(UTC))
+
+
+def utc_instant(moment: datetime | None) -> str | None:
+    """A document's time (``updated_at``, ``effective_at``) in the store's format, so times
+    given with different offsets compare as instants in SQL (``None`` stays ``None``)."""
+    return None if moment is None else iso(moment)

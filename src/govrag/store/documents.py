@@ -32,7 +32,7 @@ from govrag.store.records import EVERYONE, DocumentWrite, StoredHashes
 #: (append-only: it outlives a dropped tenant) and the tenant row itself.
 _TENANT_TABLES = (
     "relations", "chunk_entities", "entities", "access_counter", "incidents",
-    "index_outbox", "doc_meta", "doc_acl", "chunk_vectors", "chunks", "documents",
+    "index_outbox", "doc_supersedes", "doc_meta", "doc_acl", "chunk_vectors", "chunks", "documents",
     "vector_spaces", "group_members", "groups", "identities", "source_systems", "corpora",
     "sessions", "marker_budget",
 )  # fmt: skip
@@ -107,13 +107,16 @@ class DocumentRepository:
                 doc.text_hash,
                 doc.record_hash,
                 now_iso(),
+                doc.effective_at,
+                doc.updated_utc,
             )
             if row is None:
                 cur = conn.execute(
                     "INSERT INTO documents(corpus_id, title, author_account, classification, "
                     "authority_tier, updated_at, metadata, content_hash, record_hash, "
-                    "ingested_at, writer, tenant_id, source_system, external_id) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING doc_id",
+                    "ingested_at, effective_at, updated_utc, writer, tenant_id, "
+                    "source_system, external_id) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING doc_id",
                     (*values, doc.writer, tenant, doc.source_system, doc.external_id),
                 )
                 doc_id = int(cur.fetchone()[0])
@@ -124,8 +127,8 @@ class DocumentRepository:
                 conn.execute(
                     "UPDATE documents SET corpus_id = ?, title = ?, author_account = ?, "
                     "classification = ?, authority_tier = ?, updated_at = ?, metadata = ?, "
-                    "content_hash = ?, record_hash = ?, ingested_at = ? "
-                    "WHERE tenant_id = ? AND doc_id = ?",
+                    "content_hash = ?, record_hash = ?, ingested_at = ?, effective_at = ?, "
+                    "updated_utc = ? WHERE tenant_id = ? AND doc_id = ?",
                     (*values, tenant, doc_id),
                 )
                 rights_changed = row[3] != doc.classification
@@ -137,6 +140,7 @@ class DocumentRepository:
                     ).fetchall()
                 }
                 conn.execute(self._by_doc("DELETE FROM doc_meta"), (tenant, doc_id))
+                conn.execute(self._by_doc("DELETE FROM doc_supersedes"), (tenant, doc_id))
                 if doc.chunks is not None:
                     conn.execute(self._by_doc("DELETE FROM chunks"), (tenant, doc_id))
             new_acl = {(EVERYONE if p == EVERYONE else doc.source_system, p) for p in doc.acl}
@@ -152,6 +156,10 @@ class DocumentRepository:
                 "INSERT INTO doc_meta(tenant_id, doc_id, key, value_text, value_num) "
                 "VALUES (?, ?, ?, ?, ?)",
                 [(tenant, doc_id, k, t, n) for k, t, n in doc.metadata_rows],
+            )
+            conn.executemany(
+                "INSERT INTO doc_supersedes(tenant_id, doc_id, external_id) VALUES (?, ?, ?)",
+                [(tenant, doc_id, old_id) for old_id in doc.supersedes],
             )
             if doc.chunks is not None:
                 self._write_chunks(conn, tenant, doc_id, doc)

@@ -8,11 +8,12 @@ scalar of a list as its own row. A filter matches a document when any row matche
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 from govrag.deployfile import parse_json
 from govrag.errors import InputError, describe_validation
-from govrag.types import MetadataFilter, MetaValue
+from govrag.types import MetadataFilter, MetaValue, TimeRange
 
 #: A string that sorts after every string starting with a prefix (UTF-8 / code point order).
 _TOP = "\U0010ffff"
@@ -109,3 +110,28 @@ def parse_cli_filter(raw: str) -> MetadataFilter:
         return MetadataFilter(key=key, op="eq", value=value)
     except ValueError as exc:
         raise InputError(f"--filter {raw!r}: {describe_validation(exc)}") from exc
+
+
+def parse_instant(option: str, raw: str) -> datetime:
+    """An instant from the command line: ISO 8601; a date, or a time without a zone, is
+    read as UTC (``2026-07-01`` is its midnight, UTC)."""
+    try:
+        moment = datetime.fromisoformat(raw.strip())
+    except ValueError:
+        raise InputError(
+            f"{option} {raw!r} is not an ISO 8601 date or time; write e.g. 2026-07-01 or "
+            "2026-07-01T09:00:00+02:00"
+        ) from None
+    return moment if moment.utcoffset() is not None else moment.replace(tzinfo=UTC)
+
+
+def parse_time_range(field: str, since: str | None, until: str | None) -> TimeRange | None:
+    """``--since``/``--until`` on ``field`` as a :class:`TimeRange` (``None``: neither)."""
+    if since is None and until is None:
+        return None
+    start = None if since is None else parse_instant("--since", since)
+    end = None if until is None else parse_instant("--until", until)
+    try:
+        return TimeRange.model_validate({"field": field, "start": start, "end": end})
+    except ValueError as exc:
+        raise InputError(f"--since/--until: {describe_validation(exc)}") from exc

@@ -52,12 +52,12 @@ ALL_READERS = "\x1e"
 AUDIT_DIRECTORY_SETTING = "govrag.audit_directory"
 
 #: Tables holding tenant data; each has the forced tenant isolation policy (migrations 2, 3,
-#: 4 and 8 create them).
+#: 4, 8 and 15 create them).
 TENANT_TABLES = (
     "tenants", "corpora", "source_systems", "identities", "groups", "group_members",
     "documents", "chunks", "chunk_vectors", "vector_spaces", "doc_acl", "doc_meta",
-    "entities", "chunk_entities", "relations", "access_counter", "index_outbox", "incidents",
-    "audit_events", "sessions", "marker_budget",
+    "doc_supersedes", "entities", "chunk_entities", "relations", "access_counter",
+    "index_outbox", "incidents", "audit_events", "sessions", "marker_budget",
 )  # fmt: skip
 
 

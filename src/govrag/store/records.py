@@ -95,6 +95,12 @@ class DocumentWrite:
     #: which may write any document and leaves its owner as it is). A source changes only
     #: documents it wrote or that no source owns (:func:`~govrag.store.database.claim`).
     writer: str | None = None
+    #: When this version is in effect from (its ``effective_at``, else its ``updated_at``)
+    #: and its ``updated_at``, both as :func:`~govrag.store.clock.utc_instant`.
+    effective_at: str | None = None
+    updated_utc: str | None = None
+    #: External ids (same source system) of the versions this one replaces.
+    supersedes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,11 @@ security argument:
    never raises the marker (a one-word probe learns nothing, and natural questions have
    several content words, so a share of them, not every one, makes them raise it). Whether
    a document counts depends on that document and the query alone, never on scores, ranks,
-   statistics or other documents, whatever the strategy. A request with caller filters gets
-   no marker: metadata never selects a hidden candidate. A request may name other words for
-   the marker to judge than its query (``marker_query``: a governed answer's caller question
-   while its model searches in words of its own); the rule is the same on those words.
+   statistics or other documents, whatever the strategy. A request with caller filters or
+   time filters gets no marker: metadata never selects a hidden candidate. A request may
+   name other words for the marker to judge than its query (``marker_query``: a governed
+   answer's caller question while its model searches in words of its own); the rule is the
+   same on those words.
 """
 
 from __future__ import annotations
@@ -39,12 +40,13 @@ from govrag.embed.base import Embedder, FloatArray
 from govrag.errors import ConfigError
 from govrag.settings import SearchSettings
 from govrag.store.analyzer import default_analyzer
+from govrag.store.clock import iso
 from govrag.store.fusion import rrf
 from govrag.store.records import AccessScope
+from govrag.store.temporal import VersionsFn, reference_time, temporal_order
 from govrag.types import (
     HiddenMarker,
     HiddenSource,
-    MetadataFilter,
     Principal,
     SearchHit,
     SearchRequest,
@@ -149,12 +151,14 @@ class SearchBackend:
     known_corpora: Callable[[str], list[str]]
     resolve_access: ResolveAccessFn
     vector_space: Callable[[str], tuple[str, int] | None]
-    filtered_doc_ids: Callable[[AccessScope, tuple[MetadataFilter, ...]], list[int]]
+    #: The documents a narrowed request keeps (its filters and times), readable ones only.
+    filtered_doc_ids: Callable[[AccessScope, SearchRequest], list[int]]
     lexical_leg: LegFn
     vector_leg: VectorLegFn
     withheld_chunks: WithheldFn
     readable_chunks: Callable[[AccessScope, Sequence[int]], set[int]]
     chunk_info: Callable[[str, Sequence[int]], dict[int, ChunkInfo]]
+    versions: VersionsFn
     record_incident: Callable[[str, str, dict[str, object]], None]
 
 
@@ -197,13 +201,38 @@ def _rank(
     *,
     acl: bool,
 ) -> tuple[list[tuple[int, float]], bool]:
-    """The fused ranking under the scope (with its ACL predicate when ``acl``), and whether
-    the vector leg was truncated by a scan bound."""
+    """The ranking of ``request``'s strategy under the scope (with its ACL predicate when
+    ``acl``), and whether the vector leg was truncated by a scan bound."""
+    if request.strategy is not Strategy.TEMPORAL:
+        return _fused(backend, scope, request.strategy, request.top_k, terms, qvec, doc_ids,
+                      acl=acl)  # fmt: skip
+    # Temporal: a deeper hybrid (keyword without vectors) ranking of the same readable
+    # candidates, reordered; it never drops one, so it is never short (temporal.py).
     settings = backend.search_settings
-    strategy = request.strategy
-    depth = vector_depth = request.top_k
+    base = Strategy.HYBRID if qvec is not None else Strategy.KEYWORD
+    depth = max(request.top_k, settings.fusion_depth)
+    ranked, truncated = _fused(backend, scope, base, depth, terms, qvec, doc_ids, acl=acl)
+    at = reference_time(request)
+    versions = backend.versions(scope, [cid for cid, _ in ranked], at=iso(at))
+    return temporal_order(ranked, versions, settings, at)[: request.top_k], truncated
+
+
+def _fused(
+    backend: SearchBackend,
+    scope: AccessScope,
+    strategy: Strategy,
+    top_k: int,
+    terms: Sequence[str],
+    qvec: FloatArray | None,
+    doc_ids: Sequence[int] | None,
+    *,
+    acl: bool,
+) -> tuple[list[tuple[int, float]], bool]:
+    """The top ``top_k`` of a keyword, semantic or hybrid (fused) ranking."""
+    settings = backend.search_settings
+    depth = vector_depth = top_k
     if strategy is Strategy.HYBRID:
-        depth, vector_depth = settings.hybrid_depths(request.top_k)
+        depth, vector_depth = settings.hybrid_depths(top_k)
     lexical: list[tuple[int, float]] = []
     vector: list[tuple[int, float]] = []
     truncated = False
@@ -230,9 +259,9 @@ def _rank(
         lexical = beside.result()
     lexical.sort(key=lambda pair: (-pair[1], pair[0]))
     if strategy is Strategy.KEYWORD:
-        return lexical[: request.top_k], False
+        return lexical[:top_k], False
     if strategy is Strategy.SEMANTIC:
-        return vector[: request.top_k], truncated
+        return vector[:top_k], truncated
     fused = rrf(
         [
             ([c for c, _ in lexical], settings.lexical_weight),
@@ -240,7 +269,7 @@ def _rank(
         ],
         k=settings.rrf_k,
     )
-    return fused[: request.top_k], truncated
+    return fused[:top_k], truncated
 
 
 def run_search(
@@ -258,11 +287,13 @@ def run_search(
         return empty
     terms = default_analyzer().analyze(request.query)
     qvec = None
-    if request.strategy in (Strategy.SEMANTIC, Strategy.HYBRID):
+    if request.strategy in (Strategy.SEMANTIC, Strategy.HYBRID) or (
+        request.strategy is Strategy.TEMPORAL and backend.embedder is not None
+    ):
         qvec = _query_vector(backend, tenant, request.query)
     doc_ids = None
-    if request.filters:
-        doc_ids = backend.filtered_doc_ids(scope, request.filters)
+    if request.narrowed:
+        doc_ids = backend.filtered_doc_ids(scope, request)
         if not doc_ids:
             return empty
 
@@ -273,7 +304,7 @@ def run_search(
     hidden = HiddenMarker()
     marker: Future[HiddenMarker] | None = None
     candidates: Future[list[int]] | None = None
-    if backend.search_settings.hidden_marker and not request.filters:
+    if backend.search_settings.hidden_marker and not request.narrowed:
         judged = terms if request.marker_query is None else default_analyzer().analyze(
             request.marker_query)  # fmt: skip
         if backend.server_vectors:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from govrag.store.acl import ACL_EXISTS, leg_args, resolve_access, token_pairs
+from govrag.store.acl import ACL_EXISTS, acl_exists, leg_args, resolve_access, token_pairs
 from govrag.store.catalogue import CatalogueRepository
 from govrag.store.database import Database, json_list
 from govrag.store.derived import DerivedIndexes, VectorLeg
@@ -20,7 +20,8 @@ from govrag.store.filters import filters_sql
 from govrag.store.outbox import vector_space
 from govrag.store.records import AccessScope
 from govrag.store.search import ChunkInfo, SearchBackend, SearchConfig
-from govrag.types import MetadataFilter, Principal
+from govrag.store.temporal import Version, time_conditions
+from govrag.types import Principal, SearchRequest
 
 
 class SearchPrimitives:
@@ -60,6 +61,7 @@ class SearchPrimitives:
             withheld_chunks=self._withheld_chunks,
             readable_chunks=self._readable_chunks,
             chunk_info=self._chunk_info,
+            versions=self._versions,
             record_incident=self._catalogue.record_incident,
         )
 
@@ -97,16 +99,17 @@ class SearchPrimitives:
                               max_classification=args["max_classification"],
                               limit=limit)  # fmt: skip
 
-    def _filtered_doc_ids(
-        self, scope: AccessScope, filters: tuple[MetadataFilter, ...]
-    ) -> list[int]:
+    def _filtered_doc_ids(self, scope: AccessScope, request: SearchRequest) -> list[int]:
         """The sql primitive: documents in the scope's corpora that the caller may read and
-        that match every metadata filter. Readable ones only: the filter narrows what the
-        legs AND with the access predicate anyway, and so no count or choice made from this
-        list (a vector path, a statistic) can depend on documents the caller cannot read."""
+        that match every metadata filter and the request's times (``as_of``,
+        ``time_range``). Readable ones only: the filter narrows what the legs AND with the
+        access predicate anyway, and so no count or choice made from this list (a vector
+        path, a statistic) can depend on documents the caller cannot read."""
         if not scope.tokens:
             return []
-        cond, params = filters_sql(filters, scope.tenant)
+        cond, params = filters_sql(request.filters, scope.tenant)
+        times, when = time_conditions(request)
+        conds = [c for c in (cond, *times) if c]
         rows = self._db.q(
             scope.tenant,
             self._db.dialect.sql(
@@ -114,9 +117,10 @@ class SearchPrimitives:
                 "AND d.corpus_id IN (SELECT value FROM {texts}) AND d.classification <= ? AND "
                 + ACL_EXISTS
             )
-            + (f" AND {cond}" if cond else ""),
-            (scope.tenant, json_list(scope.corpora), scope.ceiling, token_pairs(scope), *params),
-        )
+            + "".join(f" AND {c}" for c in conds),
+            (scope.tenant, json_list(scope.corpora), scope.ceiling, token_pairs(scope),
+             *params, *when),
+        )  # fmt: skip
         return [int(r[0]) for r in rows]
 
     def _readable_chunks(self, scope: AccessScope, chunk_ids: Sequence[int]) -> set[int]:
@@ -142,6 +146,34 @@ class SearchPrimitives:
             ),
         )
         return {int(r[0]) for r in rows}
+
+    def _versions(
+        self, scope: AccessScope, chunk_ids: Sequence[int], *, at: str
+    ) -> dict[int, Version]:
+        """The temporal strategy's facts of ranked chunks' documents: when each is in effect
+        from, and whether a version the caller may read (same source system, searched
+        corpora, at or below its clearance, in effect at ``at``) names it in
+        ``supersedes``. A replacement the caller cannot read changes nothing."""
+        if not chunk_ids or not scope.tokens:
+            return {}
+        rows = self._db.q(
+            scope.tenant,
+            self._db.dialect.sql(
+                "SELECT c.chunk_id, d.effective_at, EXISTS (SELECT 1 FROM doc_supersedes s "
+                " JOIN documents n ON n.tenant_id = s.tenant_id AND n.doc_id = s.doc_id "
+                " WHERE s.tenant_id = d.tenant_id AND s.external_id = d.external_id "
+                " AND n.source_system = d.source_system AND n.doc_id <> d.doc_id "
+                " AND (n.effective_at IS NULL OR n.effective_at <= ?) "
+                " AND n.classification <= ? AND n.corpus_id IN (SELECT value FROM {texts}) "
+                " AND " + acl_exists("n") + ") "
+                "FROM {ids} {pin} chunks c ON c.chunk_id = j.value "
+                "JOIN documents d ON d.tenant_id = c.tenant_id AND d.doc_id = c.doc_id "
+                "WHERE c.tenant_id = ?"
+            ),
+            (at, scope.ceiling, json_list(scope.corpora), token_pairs(scope),
+             json_list(chunk_ids), scope.tenant),
+        )  # fmt: skip
+        return {int(r[0]): Version(effective_at=r[1], superseded=bool(r[2])) for r in rows}
 
     def _chunk_info(self, tenant: str, chunk_ids: Sequence[int]) -> dict[int, ChunkInfo]:
         """Display fields of chunks, with the author's email for the hidden-item marker."""
