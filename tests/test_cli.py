@@ -490,3 +490,27 @@ def test_a_failed_model_exits_non_zero_with_the_detail_on_stderr_only(
     human = govrag("replay", answer["request_id"], "--tenant", "bank",
                    "--deployment", str(deployment), cwd=deployment)  # fmt: skip
     assert human.returncode == 0 and f"-> FAILED ({case})" in human.stdout
+
+
+def test_search_by_time(deployment: Path) -> None:
+    """--as-of keeps the versions in effect then, --since/--until a window; a bad instant is
+    one line naming the option."""
+
+    def found(*args: str) -> set[str]:
+        done = search(deployment, "wire transfer", "--as", "ben", "--json", *args)
+        assert done.returncode == 0, done.stderr
+        return {r["doc_id"] for r in json.loads(done.stdout)["results"]}
+
+    everything = found("--strategy", "temporal")
+    assert "policy-wire-ops-guide" in everything  # updated 2026-05-12
+    assert "policy-wire-ops-guide" not in found("--as-of", "2026-05-01")
+    assert found("--since", "2026-05-01", "--until", "2026-05-31T23:59:59+00:00") == {
+        "policy-wire-ops-guide"
+    }
+    assert found("--time-field", "updated_at", "--since", "2027-01-01") == set()
+    wrong = [(("--as-of", "yesterday"), "--as-of"),
+             (("--since", "2026-06-01", "--until", "2026-01-01"), "--since/--until")]  # fmt: skip
+    for args, option in wrong:
+        done = search(deployment, "wire", "--as", "ben", *args)
+        assert done.returncode != 0 and option in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr

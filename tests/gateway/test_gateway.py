@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given, settings
@@ -110,6 +111,19 @@ def test_the_bypass_hook_neither_reads_nor_fills_the_cache(bank: KnowledgeStore)
     semantic = QUERY.model_copy(update={"strategy": Strategy.SEMANTIC})
     gateway.retrieve(ANA, "main", semantic, policy_version="p/1")
     assert len(gateway.cache) == 1
+
+
+def test_a_temporal_ranking_of_now_is_never_cached(bank: KnowledgeStore) -> None:
+    """What is in effect "now" changes with the clock, which no cache key holds; a ranking
+    as of a named instant depends on the data alone and is cached like any other."""
+    gateway = Gateway(bank)
+    now = QUERY.model_copy(update={"strategy": Strategy.TEMPORAL})
+    for _ in range(2):
+        assert not gateway.retrieve(ANA, "main", now, policy_version="p/1").cache_hit
+    assert len(gateway.cache) == 0
+    then = now.model_copy(update={"as_of": datetime(2026, 1, 1, tzinfo=UTC)})
+    gateway.retrieve(ANA, "main", then, policy_version="p/1")
+    assert gateway.retrieve(ANA, "main", then, policy_version="p/1").cache_hit
 
 
 def test_the_cache_can_be_turned_off(bank: KnowledgeStore) -> None:

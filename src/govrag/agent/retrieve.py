@@ -26,6 +26,7 @@ import secrets
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
@@ -44,6 +45,7 @@ from govrag.types import (
     RiskTier,
     SearchRequest,
     Strategy,
+    TimeRange,
 )
 from govrag.validation import ValidationReport, Validator
 
@@ -145,12 +147,16 @@ class GovernedSearch:
         strategy: Strategy = Strategy.HYBRID,
         top_k: int = 10,
         filters: tuple[MetadataFilter, ...] = (),
+        as_of: datetime | None = None,
+        time_range: TimeRange | None = None,
+        min_score: float = 0.0,
     ) -> GovernedResult:
         """One governed retrieve per corpus (default: every corpus in the route's scope)."""
         try:
             # Corpora the caller names are named sources (the write-back overlay stays out).
             request = SearchRequest(query=query, strategy=strategy, top_k=top_k, filters=filters,
-                                    corpora=corpora)  # fmt: skip
+                                    corpora=corpora, as_of=as_of, time_range=time_range,
+                                    min_score=min_score)  # fmt: skip
         except ValidationError as exc:
             raise InputError(describe_validation(exc)) from exc
         request_id = f"req-{secrets.token_hex(8)}"

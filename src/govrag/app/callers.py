@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from govrag.app.records import Memory, SessionInfo
 from govrag.deployment import Deployment
 from govrag.errors import InputError, require_text
-from govrag.types import MetadataFilter, Principal, Strategy, VerifiedToken
+from govrag.types import MetadataFilter, Principal, Strategy, TimeRange, VerifiedToken
 
 if TYPE_CHECKING:
     from govrag.agent.answer import Answer
@@ -51,10 +52,14 @@ class Callers:
         strategy: Strategy | None = None,
         top_k: int | None = None,
         filters: Sequence[MetadataFilter] = (),
+        as_of: datetime | None = None,
+        time_range: TimeRange | None = None,
+        min_score: float = 0.0,
     ) -> GovernedResult:
         """A governed retrieve: each corpus (default: the route's scope) is decided by the
         policy gate and audited before it is searched; results are only what ``principal``
-        may read. Defaults come from ``[search]``."""
+        may read. Defaults come from ``[search]``. ``filters``, ``as_of`` (versions in
+        effect then) and ``time_range`` only narrow; ``min_score`` drops weaker hits."""
         require_text(route=route, session=session)
         if corpora is not None and not corpora:
             # An empty list is more likely a caller's bug than a wish for the whole scope.
@@ -70,6 +75,9 @@ class Callers:
             strategy=strategy or s.default_strategy,
             top_k=s.default_top_k if top_k is None else top_k,
             filters=tuple(filters),
+            as_of=as_of,
+            time_range=time_range,
+            min_score=min_score,
         )
 
     def ask(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -21,6 +22,11 @@ from govrag.types import ChunkOrigin, Strategy
 
 if TYPE_CHECKING:
     from govrag.agent import GovernedResult
+
+
+class TimeFieldChoice(StrEnum):
+    EFFECTIVE_AT = "effective_at"
+    UPDATED_AT = "updated_at"
 
 
 def register(app: typer.Typer) -> None:
@@ -52,19 +58,41 @@ def search(
     filter_: Annotated[
         list[str] | None, typer.Option("--filter", help="Metadata filter KEY=VALUE (repeatable).")
     ] = None,
+    as_of: Annotated[
+        str | None,
+        typer.Option(help="Only versions in effect at this instant (ISO 8601, e.g. 2026-07-01)."),
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option(help="Only documents whose --time-field is at or after this.")
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option(help="Only documents whose --time-field is at or before this.")
+    ] = None,
+    time_field: Annotated[
+        TimeFieldChoice,
+        typer.Option(
+            help="The time --since and --until compare (effective_at falls back to updated_at)."
+        ),
+    ] = TimeFieldChoice.EFFECTIVE_AT,
+    min_score: Annotated[
+        float, typer.Option(help="Drop hits scoring below this (the ranking's own scale).")
+    ] = 0.0,
     deployment: DeploymentOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """A governed retrieve as a principal: each corpus is decided by the policy gate and
     audited before it is searched; results are only what the principal may read."""
-    from govrag.store.filters import parse_cli_filter
+    from govrag.store.filters import parse_cli_filter, parse_instant, parse_time_range
 
     def run() -> GovernedResult:
         parsed = tuple(parse_cli_filter(f) for f in filter_ or ())
+        window = parse_time_range(time_field.value, since, until)
+        moment = None if as_of is None else parse_instant("--as-of", as_of)
         with open_app(deployment) as app:
             return app.callers.search(as_principal(app, as_), query, corpora=corpus or None,
                                       route=route, session=session, strategy=strategy,
-                                      top_k=top_k, filters=parsed)  # fmt: skip
+                                      top_k=top_k, filters=parsed, as_of=moment,
+                                      time_range=window, min_score=min_score)  # fmt: skip
 
     result = guard(run)
     if as_json:

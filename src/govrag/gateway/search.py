@@ -36,7 +36,14 @@ from govrag.gateway.pack import (
 from govrag.gateway.rerank import DeterministicReranker, Reranker
 from govrag.gateway.rights import RightsTrim, StoredAclChecker
 from govrag.store.protocol import GovernedReads
-from govrag.types import NO_CORPUS, ChunkOrigin, Principal, SearchRequest, UncheckedChunk
+from govrag.types import (
+    NO_CORPUS,
+    ChunkOrigin,
+    Principal,
+    SearchRequest,
+    Strategy,
+    UncheckedChunk,
+)
 from govrag.writeback import ControlledWriteBackStore
 
 #: Most candidates fetched from the store for the reranker.
@@ -160,8 +167,13 @@ class Gateway:
     ) -> tuple[Ranked, bool]:
         depth = min(MAX_CANDIDATES, max(request.top_k, self.candidates))
         key = None
-        bypass = eligible_for_overlay or (
-            self.cache_bypass is not None and self.cache_bypass(principal, request)
+        # A temporal ranking without as_of judges what is in effect now: the clock, which
+        # no cache key holds, can change it (a version taking effect), so it is never cached.
+        clocked = request.strategy is Strategy.TEMPORAL and request.as_of is None
+        bypass = (
+            eligible_for_overlay
+            or clocked
+            or (self.cache_bypass is not None and self.cache_bypass(principal, request))
         )
         if self.cache.max_entries and not bypass:
             key = CacheKey.build(
