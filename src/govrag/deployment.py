@@ -31,6 +31,7 @@ from govrag.deployfile import read_json
 from govrag.embed import get_embedder
 from govrag.embed.base import Embedder
 from govrag.embed.cross_encoder import cross_encoder_problem
+from govrag.embed.openai_embed import settings_options as openai_options
 from govrag.errors import (
     ConfigError,
     MissingExtraError,
@@ -125,6 +126,8 @@ class Deployment:
         if cfg.name == "minilm":
             # The ONNX export of the model is cached beside the deployment (fast queries).
             options["cache_dir"] = self.settings.resolve_path(cfg.cache_dir)
+        elif cfg.name == "openai":
+            options = openai_options(cfg)  # the API key read from api_key_env's variable
         return get_embedder(cfg.name, **options)
 
     @cached_property
@@ -407,9 +410,10 @@ class Deployment:
         self.close()
 
     def close(self) -> None:
-        close_llm = getattr(self.__dict__.get("llm"), "close", None)
-        if close_llm is not None:
-            close_llm()
+        for opened in ("llm", "embedder"):  # HTTP clients (openai) hold connections
+            close = getattr(self.__dict__.get(opened), "close", None)
+            if close is not None:
+                close()
         if "rights" in self.__dict__:
             for checker in {*self.rights.by_source.values(), self.rights.default}:
                 close = getattr(checker, "close", None)

@@ -164,7 +164,7 @@ def test_hash_satisfies_the_protocol() -> None:
 
 
 def test_registry_lists_and_builds_embedders() -> None:
-    assert available_embedders() == ["hash", "minilm"]
+    assert available_embedders() == ["hash", "minilm", "openai"]
     emb = get_embedder("hash", dim=48)
     assert isinstance(emb, HashEmbedder)
     assert emb.dim == 48

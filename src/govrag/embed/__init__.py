@@ -15,22 +15,26 @@ from typing import Any
 from govrag.embed.base import Embedder
 from govrag.embed.hashing import HashEmbedder
 from govrag.embed.minilm import MiniLMEmbedder
+from govrag.embed.openai_embed import OpenAIEmbedder
 from govrag.errors import ConfigError
 
 __all__ = [
     "Embedder",
     "HashEmbedder",
     "MiniLMEmbedder",
+    "OpenAIEmbedder",
     "available_embedders",
     "get_embedder",
     "semantic_available",
 ]
 
-# minilm.py imports its heavy dependencies only when an embedder is constructed, so listing
-# it here costs nothing for deployments without the semantic extra.
+# minilm.py and openai_embed.py import their optional dependencies (torch; httpx) only when
+# an embedder is constructed, so listing them here costs nothing for deployments without the
+# semantic or http extra.
 _REGISTRY: dict[str, Callable[..., Embedder]] = {
     "hash": HashEmbedder,
     "minilm": MiniLMEmbedder,
+    "openai": OpenAIEmbedder,
 }
 
 
@@ -65,7 +69,9 @@ def get_embedder(name: str, **options: Any) -> Embedder:
     Args:
         name: A name from :func:`available_embedders`.
         **options: Constructor options of that embedder (``dim`` for ``"hash"``,
-            ``device`` for ``"minilm"``).
+            ``device`` for ``"minilm"``, ``base_url``, ``model``, ``dim``, ``api_key``... for
+            ``"openai"``: :func:`govrag.embed.openai_embed.settings_options` makes them from
+            ``[embedder]``).
 
     Raises:
         ConfigError: ``name`` is unknown, or an option is not accepted by that embedder.

@@ -76,3 +76,11 @@ def check_batch_args(texts: Sequence[str], batch_size: int) -> None:
         )
     if batch_size < 1:
         raise InputError(f"batch_size must be at least 1, got {batch_size}")
+
+
+def embedder_setting(name: str, dim: int) -> str:
+    """The ``[embedder]`` keys that select the embedder stored as ``name`` with ``dim``:
+    a remote model's name (``openai:<model>``) is two keys, not one."""
+    kind, _, model = name.partition(":")
+    keys = f"name = {kind!r}" + (f", model = {model!r}" if model else "")
+    return f"[embedder] {keys}, dim = {dim}"

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from govrag.settings.sections import Section
+from govrag.settings.sections import Section, http_url
 from govrag.store_url import redact
 
 
@@ -128,15 +128,6 @@ class PolicySettings(Section):
     timeout_s: float = Field(default=2.0, gt=0.0, le=60.0)
 
 
-def _http_url(value: str) -> str:
-    value = value.strip()  # an env file's trailing newline is not part of the URL
-    if not value.startswith(("http://", "https://")):
-        raise ValueError(f"base_url {redact(value)!r} is not an http(s) URL")
-    if any(c.isspace() or not c.isprintable() for c in value):
-        raise ValueError(f"base_url {redact(value)!r} holds whitespace or a control character")
-    return value.rstrip("/")
-
-
 class LlmProfile(Section):
     """``[llm.profiles.<name>]``: a model a route picks with its ``model_profile``; each key
     left out is ``[llm]``'s, except ``api_key_env`` for a profile with a ``base_url`` of its
@@ -153,7 +144,7 @@ class LlmProfile(Section):
     @field_validator("base_url")
     @classmethod
     def _http(cls, value: str | None) -> str | None:
-        return None if value is None else _http_url(value)
+        return None if value is None else http_url(value)
 
 
 class LlmSettings(Section):
@@ -198,7 +189,7 @@ class LlmSettings(Section):
     @field_validator("base_url")
     @classmethod
     def _http(cls, value: str) -> str:
-        return _http_url(value)
+        return http_url(value)
 
     def profile(self, name: str) -> LlmSettings | None:
         """``[llm]`` with profile ``name``'s keys in place (``None``: no such profile)."""

@@ -8,6 +8,7 @@ model, audit) are in :mod:`govrag.settings.request`. Every section refuses unkno
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -19,7 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from govrag.store_url import SecretUrl, parse_store_url
+from govrag.store_url import SecretUrl, parse_store_url, redact
 from govrag.types import Classification, Strategy, check_source_system
 
 
@@ -57,14 +58,68 @@ class StoreSettings(Section):
         return value
 
 
+def http_url(value: str) -> str:
+    """A server's ``base_url``: http(s), no whitespace or control character, no trailing
+    ``/``; a refusal quotes it with any password masked."""
+    value = value.strip()  # an env file's trailing newline is not part of the URL
+    if not value.startswith(("http://", "https://")):
+        raise ValueError(f"base_url {redact(value)!r} is not an http(s) URL")
+    if any(c.isspace() or not c.isprintable() for c in value):
+        raise ValueError(f"base_url {redact(value)!r} holds whitespace or a control character")
+    return value.rstrip("/")
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 class EmbedderSettings(Section):
+    #: ``hash``, ``minilm`` or ``openai`` (any OpenAI-compatible embeddings server).
     name: str = "hash"
+    #: Vector length: ``hash`` makes vectors this long; ``openai`` expects the server's to be
+    #: this long and refuses any other (set it to the model's, e.g. 1536).
     dim: int = Field(default=384, ge=8, le=8192)
     batch_size: int = Field(default=64, ge=1, le=4096)
     #: Where files derived from the model are cached (``minilm``: its ONNX query encoder,
     #: exported once); relative to the deployment directory. Deployments of one model may
     #: share one (entries are keyed by the model's files and written atomically).
     cache_dir: str = Field(default=".govrag", min_length=1)
+    #: ``openai``: the server's base URL, up to and including ``/v1``.
+    base_url: str = "https://api.openai.com/v1"
+    #: ``openai``: the embedding model the server serves. Vectors are stored under
+    #: ``openai:<model>``, so changing it means re-ingesting.
+    model: str = "text-embedding-3-small"
+    #: ``openai``: the environment variable holding the API key (the key itself is never
+    #: written in govrag.toml). A key is sent only when this names one, as for ``[llm]``.
+    api_key_env: str | None = None
+    #: ``openai``: seconds one request may take, reply included.
+    timeout_s: float = Field(default=30.0, gt=0.0, le=600.0)
+    #: ``openai``: retries of a request refused with 429 or 5xx, timed out or not
+    #: connected (exponential backoff); 0: no retry.
+    max_retries: int = Field(default=3, ge=0, le=10)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http(cls, value: str) -> str:
+        return http_url(value)
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, value: str) -> str:
+        value = value.strip()
+        if not value or any(c.isspace() or not c.isprintable() for c in value):
+            raise ValueError(f"model {value!r} must be a non-empty name without whitespace "
+                             "or control characters, as the server lists it")  # fmt: skip
+        return value
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, value: str | None) -> str | None:
+        # Names a variable: a value that is not a name is most likely the key itself, pasted
+        # here by mistake, so it is refused without being quoted.
+        if value is not None and not _ENV_NAME.fullmatch(value):
+            raise ValueError("api_key_env must name an environment variable (letters, digits "
+                             "and '_', e.g. OPENAI_API_KEY), not hold the key itself")  # fmt: skip
+        return value
 
 
 class SearchSettings(Section):

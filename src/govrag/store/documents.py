@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from govrag.embed.base import embedder_setting
 from govrag.errors import ConfigError, StoreError
 from govrag.store.clock import now_iso
 from govrag.store.database import (
@@ -217,8 +218,9 @@ class DocumentRepository:
         elif (row[0], row[1]) != (embedder, dim):
             raise ConfigError(
                 f"tenant {tenant!r} holds vectors of embedder {row[0]!r} ({row[1]} dims), but "
-                f"this deployment embeds with {embedder!r} ({dim} dims); set [embedder] name = "
-                f"{row[0]!r} in govrag.toml, or ingest into a new deployment"
+                f"this deployment embeds with {embedder!r} ({dim} dims); set "
+                f"{embedder_setting(row[0], row[1])} in govrag.toml, or ingest into a new "
+                "deployment"
             )
 
     def delete_document(

@@ -36,7 +36,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from govrag.embed.base import Embedder, FloatArray
+from govrag.embed.base import Embedder, FloatArray, embedder_setting
 from govrag.errors import ConfigError
 from govrag.settings import SearchSettings
 from govrag.store.analyzer import default_analyzer
@@ -185,8 +185,8 @@ def _query_vector(backend: SearchBackend, tenant: str, query: str) -> FloatArray
     if space != (embedder.name, embedder.dim):
         raise ConfigError(
             f"tenant {tenant!r} was embedded with {space[0]!r} ({space[1]} dims) but this "
-            f"deployment uses {embedder.name!r} ({embedder.dim} dims); set [embedder] name = "
-            f"{space[0]!r} in govrag.toml"
+            f"deployment uses {embedder.name!r} ({embedder.dim} dims); set "
+            f"{embedder_setting(*space)} in govrag.toml"
         )
     return embedder.embed_query(query)
 
