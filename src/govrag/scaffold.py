@@ -180,7 +180,8 @@ url = "sqlite:///govrag.db"   # relative to this directory
 index_dir = "index"           # derived search indexes; rebuild with `govrag index rebuild`
 
 [embedder]
-name = {json.dumps(embedder)}   # "minilm" (semantic, govrag[semantic]) or "hash" (not semantic)
+name = {json.dumps(embedder)}   # "minilm" (semantic, govrag[semantic]), "hash" (not semantic) or
+                    # "openai" (a server: base_url, model, api_key_env; see the README)
 dim = 384
 
 [search]
