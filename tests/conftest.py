@@ -21,6 +21,7 @@ from govrag.embed.hashing import HashEmbedder
 from govrag.harvest.ingest import Ingestor
 from govrag.harvest.records import DocumentRecord, GroupRecord, IdentityRecord, Record
 from govrag.settings import SearchSettings
+from govrag.store.glossary import Glossary
 from govrag.store.protocol import KnowledgeStore
 from govrag.store.sqlite import SQLiteStore
 from govrag.testing import (
@@ -99,12 +100,13 @@ if TYPE_CHECKING:
     from govrag.testing import PgServer
 
 
-def make_store(root: Path, **search: Any) -> SQLiteStore:
+def make_store(root: Path, *, glossary: Glossary | None = None, **search: Any) -> SQLiteStore:
     return SQLiteStore(
         root / "govrag.db",
         index_dir=root / "index",
         embedder=HashEmbedder(dim=64),
         search=SearchSettings(**search),
+        glossary=glossary,
     )
 
 
@@ -138,12 +140,19 @@ def _prepare_template(database: TestDatabase) -> None:
 
 
 def make_pg_store(
-    pg: PgServer, admin_dsn: str, index_dir: Path | None, **search: Any
+    pg: PgServer,
+    admin_dsn: str,
+    index_dir: Path | None,
+    *,
+    glossary: Glossary | None = None,
+    **search: Any,
 ) -> PostgresStore:
-    return _pg_store(admin_dsn, index_dir, **search)
+    return _pg_store(admin_dsn, index_dir, glossary=glossary, **search)
 
 
-def _pg_store(admin_dsn: str, index_dir: Path | None, **search: Any) -> PostgresStore:
+def _pg_store(
+    admin_dsn: str, index_dir: Path | None, *, glossary: Glossary | None = None, **search: Any
+) -> PostgresStore:
     from psycopg.conninfo import make_conninfo
 
     from govrag.store.postgres import PostgresStore
@@ -154,6 +163,7 @@ def _pg_store(admin_dsn: str, index_dir: Path | None, **search: Any) -> Postgres
         index_dir=index_dir,
         embedder=HashEmbedder(dim=64),
         search=SearchSettings(**search),
+        glossary=glossary,
     )
 
 
@@ -193,14 +203,17 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store
     databases: dict[str, str] = {}
     pg = request.getfixturevalue("pg_cluster") if request.param == "postgres" else None
 
-    def factory(name: str = "main", **search: Any) -> KnowledgeStore:
+    def factory(
+        name: str = "main", *, glossary: Glossary | None = None, **search: Any
+    ) -> KnowledgeStore:
         s: KnowledgeStore
         if pg is None:
-            s = make_store(tmp_path / name, **search)
+            s = make_store(tmp_path / name, glossary=glossary, **search)
         else:
             if name not in databases:
                 databases[name] = new_pg_database(pg)
-            s = make_pg_store(pg, databases[name], tmp_path / name / "index", **search)
+            s = make_pg_store(pg, databases[name], tmp_path / name / "index",
+                              glossary=glossary, **search)  # fmt: skip
         opened.append(s)
         return s
 

@@ -55,6 +55,7 @@ from govrag.settings import (
     load_settings,
 )
 from govrag.store import KnowledgeStore, location_problems, open_store
+from govrag.store.glossary import Glossary, load_glossary
 from govrag.types import Classification, Principal
 from govrag.validation import Validator
 from govrag.validation.answerability import Relevance, relevance_for
@@ -131,8 +132,13 @@ class Deployment:
         return get_embedder(cfg.name, **options)
 
     @cached_property
+    def glossary(self) -> Glossary:
+        """The entities the graph leg knows (``entities/*.jsonl``; none without the folder)."""
+        return load_glossary(self.settings.deployment)
+
+    @cached_property
     def store(self) -> KnowledgeStore:
-        store = open_store(self.settings, self.embedder)
+        store = open_store(self.settings, self.embedder, self.glossary)
         # Every committed audit event may be due for a signed checkpoint (after its commit).
         store.observe_audit(self.checkpointer.observe)
         return store

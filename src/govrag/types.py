@@ -53,12 +53,15 @@ class Strategy(StrEnum):
     ``temporal`` ranks like ``hybrid`` (``keyword`` without vectors), then prefers what is in
     effect now (or at the request's ``as_of``): a version superseded by one the caller may
     read, or not yet in effect, is demoted, and older documents decay by a half-life.
+    ``graph`` fuses the ``hybrid`` legs with the graph leg: chunks mentioning the entities
+    the question names, their glossary neighbours and the aliases readable chunks state.
     """
 
     KEYWORD = "keyword"
     SEMANTIC = "semantic"
     HYBRID = "hybrid"
     TEMPORAL = "temporal"
+    GRAPH = "graph"
 
 
 class QueryExpansion(StrEnum):

@@ -11,6 +11,7 @@ exactly what a gateway without a cache gives at that moment.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -26,6 +27,7 @@ from govrag.types import (
     QueryExpansion,
     SearchRequest,
     Strategy,
+    TimeRange,
 )
 
 from conftest import StoreFactory, doc, group, ident, load, principal
@@ -206,6 +208,8 @@ OTHER_VALUE: dict[str, object] = {
     # The marker a cached ranking carries was judged on these words: another question,
     # another entry.
     "marker_query": "who approves large wires",
+    "as_of": datetime(2026, 1, 1, tzinfo=UTC),
+    "time_range": TimeRange(start=datetime(2025, 1, 1, tzinfo=UTC)),
 }
 #: Fields whose other value cannot change the key, and why.
 SAME_KEY = {

@@ -18,7 +18,8 @@ identical except for
 
 must give P exactly the same outputs, down to the last bit of every score, for every
 strategy, top_k, corpus choice, caller filter (``eq``, ``in``, ``range``, ``prefix``) and
-``as_of``, where documents carry times and name versions they replace (``supersedes``, which
+``as_of``, where documents name glossary entities, state aliases and carry identifiers (the
+graph leg), carry times and name versions they replace (``supersedes``, which
 world B's unreadable documents add, change or drop: a replacement P cannot read never demotes
 what P reads),
 through the governed path (session, PEP, gateway, marker budget, validation), the store's own
@@ -143,7 +144,26 @@ class Scenario:
     budget: int = 10_000
 
 
-words = st.lists(st.sampled_from(VOCAB), min_size=1, max_size=8).map(" ".join)
+def _lei(base: str) -> str:
+    digits = "".join(str(int(c, 36)) for c in base + "00")
+    return f"{base}{98 - int(digits) % 97:02d}"
+
+
+#: The graph leg's material: glossary entities (one known by an LEI), and phrases that name
+#: them, state aliases (defined terms) or carry identifiers. Hidden documents hold them too:
+#: an entity or alias only they know must move nothing P sees.
+LEIS = (_lei("5493001KJTIIGC8Y1R"), _lei("5493007ORBISCLOUD1"))
+GLOSSARY = [
+    {"id": "ent-alpha", "type": "organization", "names": ["Alpha Bank", LEIS[0]],
+     "relations": [{"type": "parent_of", "target": "ent-beta"}]},
+    {"id": "ent-beta", "type": "organization", "names": ["Beta Fund"]},
+]  # fmt: skip
+GRAPH_PHRASES = ['Alpha Bank ("wire")', "Beta Fund", LEIS[0], LEIS[1], 'Gamma Ltd ("Alpha")',
+                 'Delta plc (the "loan")', "Gamma Ltd", "EUR 5,000"]  # fmt: skip
+words = st.tuples(
+    st.lists(st.sampled_from(VOCAB), min_size=1, max_size=8).map(" ".join),
+    st.none() | st.none() | st.sampled_from(GRAPH_PHRASES),
+).map(lambda parts: " ".join(p for p in parts if p))
 filters = st.none() | st.none() | st.one_of(
     st.builds(lambda v: MetadataFilter(key="k", value=v), st.integers(0, 3)),
     st.builds(lambda vs: MetadataFilter(key="k", op="in", values=tuple(vs)),
@@ -165,16 +185,23 @@ KINDS = ("above", "metadata", "tenant", "corpus", "past_budget")
 
 @st.composite
 def scenarios(
-    draw: st.DrawFn, kinds: tuple[str, ...] = KINDS, strategies: tuple[Strategy, ...] = ()
+    draw: st.DrawFn,
+    kinds: tuple[str, ...] = KINDS,
+    strategies: tuple[Strategy, ...] = (),
+    added_words: st.SearchStrategy[str] | None = None,
 ) -> Scenario:
-    """A pair of worlds of one of ``kinds``, and P's asks (in ``strategies``; default all)."""
+    """A pair of worlds of one of ``kinds``, and P's asks (in ``strategies``; default all);
+    world B's added documents drawn from ``added_words`` (default: like the others)."""
     clearance = draw(st.integers(min_value=0, max_value=2))  # (a) needs a level above it
 
-    def a_doc(ext: str, *, level: int, acls: tuple[list[str], ...], corpus: str) -> Doc:
+    def a_doc(
+        ext: str, *, level: int, acls: tuple[list[str], ...], corpus: str,
+        text: st.SearchStrategy[str] = words,
+    ) -> Doc:  # fmt: skip
         return Doc(
             ext=ext,
             corpus=corpus,
-            text=draw(words),
+            text=draw(text),
             acl=tuple(draw(st.sampled_from(acls))),
             level=level,
             author=draw(st.none() | st.sampled_from(["A", "B"])),
@@ -202,6 +229,7 @@ def scenarios(
     added: tuple[Doc, ...] = ()
     budget = 10_000
     extra = range(draw(st.integers(min_value=1, max_value=3)))
+    a_doc = partial(a_doc, text=words if added_words is None else added_words)  # world B
     if kind == "above":
         added = tuple(
             a_doc(f"x{i}", level=draw(st.integers(clearance + 1, 3)), acls=every_acl,
@@ -356,6 +384,8 @@ def check(scenario: Scenario, open_world: Callable[[str, int], Any]) -> str:
 def deployment_dir(root: Path) -> Path:
     (root / "routes").mkdir(parents=True, exist_ok=True)
     (root / "routes" / "routes.json").write_text(json.dumps(ROUTES))
+    (root / "entities").mkdir(exist_ok=True)
+    (root / "entities" / "glossary.jsonl").write_text("\n".join(json.dumps(e) for e in GLOSSARY))
     return root
 
 
@@ -462,6 +492,27 @@ def test_postgres_replacements_p_cannot_read_demote_nothing(
     event(run_on_postgres(pg_cluster, scenario))
 
 
+#: P asks by entity: hidden documents name glossary entities, state aliases, hold LEIs.
+by_entity = scenarios(
+    kinds=("past_budget", "above", "corpus", "tenant"),
+    strategies=(Strategy.GRAPH,),
+    added_words=st.tuples(words, st.sampled_from(GRAPH_PHRASES)).map(" ".join),
+)
+
+
+@deep(20)
+@given(scenario=by_entity)
+def test_sqlite_entities_p_cannot_read_move_nothing(scenario: Scenario) -> None:
+    """The graph leg reaches chunks only through entities and aliases of chunks P may read."""
+    event(run_on_sqlite(scenario))
+
+
+@deep(8)
+@given(scenario=by_entity)
+def test_postgres_entities_p_cannot_read_move_nothing(pg_cluster: Any, scenario: Scenario) -> None:
+    event(run_on_postgres(pg_cluster, scenario))
+
+
 def test_a_world_pair_where_the_old_marker_and_scores_leaked() -> None:
     """One fixed pair, the attack spelled out: P probes for a restricted memo with the word
     'merger' (above its clearance) and for how many unreadable documents hold 'loan'."""
@@ -478,4 +529,21 @@ def test_a_world_pair_where_the_old_marker_and_scores_leaked() -> None:
               Ask("loan audit", Strategy.KEYWORD, 3, None),
               Ask("policy", Strategy.HYBRID, 3, None)),
     )  # fmt: skip
+    run_on_sqlite(scenario)
+
+
+def test_a_world_pair_where_a_hidden_alias_would_steer_the_graph() -> None:
+    """One fixed pair for the graph leg: a memo P may not read (at its clearance, once the
+    marker budget is spent) says the word 'wire' stands for Alpha Bank; P asks about wires.
+    Were the memo's alias followed, P's readable Alpha Bank file would rise."""
+    alpha = Doc("alpha", "c1", f"credit file of Alpha Bank {LEIS[0]}", ("A",), 1, None, 0)
+    wires = Doc("wires", "c1", "wire policy limit", ("A",), 1, None, 0)
+    memo = Doc("memo", "c1", 'risk audit Alpha Bank ("wire") model', ("B",), 1, "B", 0)
+    probe = Doc("probe", "c2", f"{PROBE} audit", ("B",), 1, "B", 0)
+    asks = (Ask(PROBE, Strategy.KEYWORD, 3, None),) * SMALL_BUDGET + (
+        Ask("wire policy", Strategy.GRAPH, 3, None),
+        Ask("wire", Strategy.GRAPH, 5, None),
+    )
+    scenario = Scenario(clearance=1, base=(alpha, wires, probe), changed=(), added=(memo,),
+                        asks=asks, budget=SMALL_BUDGET)  # fmt: skip
     run_on_sqlite(scenario)

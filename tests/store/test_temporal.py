@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 
 from govrag.harvest.ingest import Ingestor
+from govrag.settings import SearchSettings
 from govrag.store.protocol import KnowledgeStore
+from govrag.store.temporal import Version, temporal_order
 from govrag.types import SearchRequest, Strategy, TimeRange
 
 from conftest import StoreFactory, doc, ident, load, principal
@@ -106,7 +108,8 @@ def test_only_a_replacement_in_scope_and_in_effect_counts(
     # Not superseded: v2 scores like the best of the rest, not a tenth of it.
     best = max(s for d, s in scores.items() if d != "v2")
     assert scores["v2"] > 0.5 * best, why
-    assert scores["v1"] < 0.2 * scores["v2"]  # v1 is still superseded by v2
+    order = list(scores)
+    assert order.index("v1") > order.index("v2")  # v1 is still superseded by v2
 
 
 def test_as_of_keeps_what_was_in_effect(world: KnowledgeStore) -> None:
@@ -187,3 +190,48 @@ def test_records_without_times_hash_as_before(store: KnowledgeStore) -> None:
     again.add("r", record)
     again.flush()
     assert (first.report.added, again.report.unchanged) == (1, 1)
+
+
+def test_a_superseded_version_stays_right_below_its_replacement(world: KnowledgeStore) -> None:
+    """A question about the old rule still finds it: directly after the version replacing
+    it, not pushed out of the list."""
+    got = ranked(world, "ana@x.example", strategy=Strategy.TEMPORAL, as_of=AS_OF,
+                 query="daily limit EUR 25,000 per client")  # fmt: skip
+    assert got[:2] == ["v3", "v2"]
+    assert got.index("v1") > got.index("v2")
+
+
+def test_the_order_of_versions() -> None:
+    """The ordering alone (temporal.py): ranks plus recency; a version not yet in effect and
+    one whose replacement the words missed are demoted; a superseded one found with its
+    replacement goes just below it, down a chain."""
+    settings = SearchSettings()
+    at = datetime(2026, 7, 1, tzinfo=UTC)
+
+    def version(doc: int, year: int | None, by: set[int] | None = None) -> Version:
+        when = None if year is None else f"{year}-01-01T00:00:00.000000Z"
+        return Version(doc=doc, effective_at=when, superseded_by=frozenset(by or ()))
+
+    v = {
+        1: version(10, 2024, {20}),
+        2: version(20, 2025, {30}),
+        3: version(30, 2026),
+        4: version(40, 2027),  # not yet in effect
+        5: version(50, None, {99}),  # 99: not among the candidates
+        6: version(60, 2026),
+    }
+    ranked = [(1, 9.0), (5, 8.0), (4, 7.0), (2, 6.0), (6, 5.0), (3, 4.0)]
+    order = [cid for cid, _ in temporal_order(ranked, v, settings, at)]
+    assert order.index(3) < order.index(2) < order.index(1)  # the chain, newest first
+    assert set(order[-2:]) == {4, 5}  # the demoted ones last
+    assert order.index(6) < order.index(3)  # unrelated: its own rank and recency
+    # Recency (when turned on) breaks near-ties only: it never lifts a tenth place over a
+    # first.
+    settings = SearchSettings(temporal_recency_boost=0.02)
+    far = [(cid, 1.0 - (cid - 100) / 61) for cid in range(100, 110)]  # fused-score gaps
+    old = {cid: Version(doc=cid, effective_at=f"2016-01-0{cid - 99}T00:00:00.000000Z")
+           for cid in range(100, 109)}  # fmt: skip
+    fresh = {109: Version(doc=109, effective_at="2026-06-01T00:00:00.000000Z")}
+    got = [cid for cid, _ in temporal_order(far, old | fresh, settings, at)]
+    assert got[0] == 100
+    assert got.index(109) < 9  # but it moves up among near-ties

@@ -126,17 +126,22 @@ class SearchSettings(Section):
     rrf_k: int = Field(default=60, ge=1, le=10_000)
     lexical_weight: float = Field(default=1.0, ge=0.0, le=100.0)
     vector_weight: float = Field(default=1.0, ge=0.0, le=100.0)
+    #: The graph leg's weight in the ``graph`` strategy's fusion.
+    graph_weight: float = Field(default=1.0, ge=0.0, le=100.0)
     #: How many candidates each leg contributes to fusion (at least top_k).
     fusion_depth: int = Field(default=100, ge=1, le=10_000)
     default_top_k: int = Field(default=10, ge=1, le=1000)
     #: The strategy of ``govrag ask``'s retrieves (and ``govrag search`` without --strategy).
     default_strategy: Strategy = Strategy.HYBRID
-    #: The ``temporal`` strategy (govrag/store/temporal.py): the weight of recency in its
-    #: score (0: none; 1: an old version scores nothing), the age at which recency halves,
-    #: and the factor on a version superseded (by one the caller may read) or not yet in
-    #: effect. Chosen by hand, not tuned: a superseded version drops below a current one of
-    #: about a tenth of its score, and a year's age costs 15 % at most.
-    temporal_recency_weight: float = Field(default=0.3, ge=0.0, le=1.0)
+    #: The ``temporal`` strategy (govrag/store/temporal.py): the most a fresh version's score
+    #: is raised for recency (an older one's bonus halves with each half-life; 0: off); the
+    #: age at which it halves; and the factor on a version not yet in effect (or superseded
+    #: by one the words did not find). Off by default, chosen on the dev split of the
+    #: strategies suite (bench/RESULTS.md (v)): a 2 % bonus helped questions about the rule in
+    #: force (+0.04 nDCG@10) but cost questions answered by older contracts 0.15, because a
+    #: governed answer merges its corpora's packs by score and fused scores tie at the top of
+    #: every corpus, so recency decided those ties. Turn it on for a route over one corpus.
+    temporal_recency_boost: float = Field(default=0.0, ge=0.0, le=1.0)
     temporal_half_life_days: float = Field(default=365.0, gt=0.0, le=36_500.0)
     superseded_weight: float = Field(default=0.1, ge=0.0, le=1.0)
     #: Report whether a relevant candidate was removed by access rules (content-free).

@@ -7,6 +7,7 @@ from pathlib import Path
 from govrag.embed.base import Embedder
 from govrag.errors import ConfigError
 from govrag.settings import Settings
+from govrag.store.glossary import Glossary
 from govrag.store.protocol import (
     AccessLedger,
     AuditChains,
@@ -46,10 +47,13 @@ __all__ = [
 ]
 
 
-def open_store(settings: Settings, embedder: Embedder | None = None) -> KnowledgeStore:
+def open_store(
+    settings: Settings, embedder: Embedder | None = None, glossary: Glossary | None = None
+) -> KnowledgeStore:
     """Open the deployment's store from ``[store] url`` (validated with the settings, see
     :mod:`govrag.store_url`). Nothing is created unless the URL names a usable place
-    (:func:`location_problems`)."""
+    (:func:`location_problems`). ``glossary``: the entities the graph leg knows
+    (``entities/*.jsonl``, :func:`~govrag.store.glossary.load_glossary`)."""
     # The URL itself is taken out of its SecretUrl only here, to hand to the driver.
     url = settings.store.url.get_secret_value()
     try:
@@ -57,7 +61,8 @@ def open_store(settings: Settings, embedder: Embedder | None = None) -> Knowledg
     except ValueError as exc:  # settings built without validation
         raise ConfigError(f"[store] url {exc}") from exc
     if parsed.kind == "memory":
-        return SQLiteStore(":memory:", index_dir=None, embedder=embedder, search=settings.search)
+        return SQLiteStore(":memory:", index_dir=None, embedder=embedder, search=settings.search,
+                           glossary=glossary)  # fmt: skip
     for field, problem in location_problems(settings):
         shown = str(getattr(settings.store, field.removeprefix("store.")))  # password masked
         raise ConfigError(f"[store] {field.removeprefix('store.')} {shown!r}: {problem}")
@@ -68,6 +73,7 @@ def open_store(settings: Settings, embedder: Embedder | None = None) -> Knowledg
             index_dir=index_dir,
             embedder=embedder,
             search=settings.search,
+            glossary=glossary,
         )
     from govrag.store.postgres import PostgresStore  # the optional 'postgres' extra
 
@@ -82,6 +88,7 @@ def open_store(settings: Settings, embedder: Embedder | None = None) -> Knowledg
         index_dir=index_dir,
         embedder=embedder,
         search=settings.search,
+        glossary=glossary,
     )
 
 

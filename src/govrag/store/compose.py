@@ -61,7 +61,7 @@ def compose(
     return StoreParts(
         catalogue=catalogue,
         identities=IdentityRepository(db),
-        documents=DocumentRepository(db, indexes),
+        documents=DocumentRepository(db, indexes, config),
         audit=audit,
         sessions=SessionRepository(db, audit),
         ledger=LedgerRepository(db),

@@ -27,7 +27,9 @@ from govrag.store.database import (
 )
 from govrag.store.derived import DerivedIndexes
 from govrag.store.dialect import Conn
+from govrag.store.graph import write_chunk_graph
 from govrag.store.records import EVERYONE, DocumentWrite, StoredHashes
+from govrag.store.search import SearchConfig
 
 #: Every table holding a tenant's rows, children before parents, except the audit log
 #: (append-only: it outlives a dropped tenant) and the tenant row itself.
@@ -39,11 +41,19 @@ _TENANT_TABLES = (
 )  # fmt: skip
 
 
+def titled(title: str, text: str) -> str:
+    """What the graph reads of a chunk: its document's title (which often names the
+    counterparty) above its text."""
+    return f"{title}\n\n{text}" if title else text
+
+
 class DocumentRepository:
     """The harvester's documents: write, compare, delete; and dropping a whole tenant."""
 
-    def __init__(self, db: Database, indexes: DerivedIndexes) -> None:
+    def __init__(self, db: Database, indexes: DerivedIndexes, config: SearchConfig) -> None:
         self._db = db
+        #: Read at each write: the glossary the graph rows are derived with.
+        self._config = config
         self._indexes = indexes
 
     def stored_hashes(
@@ -163,7 +173,10 @@ class DocumentRepository:
                 [(tenant, doc_id, old_id) for old_id in doc.supersedes],
             )
             if doc.chunks is not None:
-                self._write_chunks(conn, tenant, doc_id, doc)
+                leaves = self._write_chunks(conn, tenant, doc_id, doc)
+                write_chunk_graph(conn, self._db.dialect, tenant,
+                                  [(cid, titled(doc.title, text)) for cid, text in leaves],
+                                  self._config.glossary)  # fmt: skip
             append_outbox(conn, self._db.dialect, tenant, doc_id)
             if rights_changed:
                 bump_epoch(conn, tenant)
@@ -174,8 +187,12 @@ class DocumentRepository:
         # SQLite: probe the doc_id-leading index, not a tenant-wide one.
         return self._db.dialect.sql(statement + " WHERE {plus}tenant_id = ? AND doc_id = ?")
 
-    def _write_chunks(self, conn: Conn, tenant: str, doc_id: int, doc: DocumentWrite) -> None:
+    def _write_chunks(
+        self, conn: Conn, tenant: str, doc_id: int, doc: DocumentWrite
+    ) -> list[tuple[int, str]]:
+        """Write the document's chunks (and vectors); its indexed ones' ids and texts."""
         assert doc.chunks is not None
+        leaves: list[tuple[int, str]] = []
         indexed = [c for c in doc.chunks if c.indexed]
         if doc.vectors is not None:
             if doc.vectors.shape[0] != len(indexed):
@@ -199,12 +216,15 @@ class DocumentRepository:
                     chunk.text,
                 ),
             ).fetchone()[0]
+            if chunk.indexed:
+                leaves.append((int(chunk_id), chunk.text))
             if chunk.indexed and doc.vectors is not None:
                 conn.execute(
                     "INSERT INTO chunk_vectors(chunk_id, tenant_id, embedding) VALUES (?, ?, ?)",
                     (chunk_id, tenant, vector_param(self._db.dialect, doc.vectors[vec_i])),
                 )
                 vec_i += 1
+        return leaves
 
     def _check_space(self, conn: Conn, tenant: str, embedder: str, dim: int) -> None:
         row = conn.execute(
@@ -254,6 +274,25 @@ class DocumentRepository:
             (tenant, source_system, external_id),
         )
         return None if not rows or rows[0][0] is None else str(rows[0][0])
+
+    def rederive_graph(self, tenant: str) -> int:
+        """Derive the tenant's entity rows anew from its chunks, with the current glossary
+        (one transaction); returns the number of documents read."""
+        with self._db.tx(tenant) as conn:
+            for table in ("relations", "chunk_entities", "entities"):
+                conn.execute(f"DELETE FROM {table} WHERE tenant_id = ?", (tenant,))
+            rows = conn.execute(
+                "SELECT d.doc_id, d.title, c.chunk_id, c.text FROM documents d "
+                "JOIN chunks c ON c.tenant_id = d.tenant_id AND c.doc_id = d.doc_id "
+                "WHERE d.tenant_id = ? AND c.indexed = ? ORDER BY d.doc_id, c.chunk_id",
+                (tenant, True),
+            ).fetchall()
+            by_doc: dict[int, list[tuple[int, str]]] = {}
+            for doc_id, title, chunk_id, text in rows:
+                by_doc.setdefault(int(doc_id), []).append((int(chunk_id), titled(title, text)))
+            for leaves in by_doc.values():
+                write_chunk_graph(conn, self._db.dialect, tenant, leaves, self._config.glossary)
+        return len(by_doc)
 
     def drop_tenant(self, tenant: str) -> int:
         """Delete every row of a tenant (one transaction) and this process's indexes of it.

@@ -282,6 +282,8 @@ class Store:
         return self._parts.indexes.verify_index(tenant)
 
     def rebuild_index(self, tenant: str) -> int:
+        # The graph's rows are derived from the chunks too, with the glossary of today.
+        self._parts.documents.rederive_graph(tenant)
         return self._parts.indexes.rebuild_index(tenant)
 
     def back_up(self, dest: Path) -> None:

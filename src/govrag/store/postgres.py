@@ -17,6 +17,7 @@ from pathlib import Path
 from govrag.embed.base import Embedder
 from govrag.settings import SearchSettings
 from govrag.store.facade import Store
+from govrag.store.glossary import Glossary
 from govrag.store.pg_database import PgDatabase, describe_server
 from govrag.store.pg_vectors import PgVectors
 from govrag.store.search import SearchConfig
@@ -37,8 +38,9 @@ class PostgresStore(Store):
         index_dir: Path | None = None,
         embedder: Embedder | None = None,
         search: SearchSettings | None = None,
+        glossary: Glossary | None = None,
     ) -> None:
-        config = SearchConfig(search or SearchSettings(), embedder)
+        config = SearchConfig(search or SearchSettings(), embedder, glossary or Glossary())
         db = PgDatabase(url, admin_url=admin_url, app_role=app_role, pool_size=pool_size)
         self.url, self.admin_url, self.where = db.url, db.admin_url, db.where
         # The derived indexes are this process's own: a lock of their own serialises them,

@@ -33,7 +33,7 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from govrag.embed.base import Embedder, FloatArray, embedder_setting
@@ -42,6 +42,7 @@ from govrag.settings import SearchSettings
 from govrag.store.analyzer import default_analyzer
 from govrag.store.clock import iso
 from govrag.store.fusion import rrf
+from govrag.store.glossary import Glossary
 from govrag.store.records import AccessScope
 from govrag.store.temporal import VersionsFn, reference_time, temporal_order
 from govrag.types import (
@@ -63,6 +64,8 @@ class SearchConfig:
     settings: SearchSettings
     #: Embeds queries for the vector leg; ingest embeds documents with the same model.
     embedder: Embedder | None
+    #: The deployment's known entities: the graph leg reads chunks and questions with it.
+    glossary: Glossary = field(default_factory=Glossary)
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,14 @@ class VectorLegFn(Protocol):
     ) -> tuple[list[tuple[int, float]], bool]: ...
 
 
+class GraphLegFn(Protocol):
+    """Top ``limit`` readable chunks by the entities ``query`` names (``graph.py``)."""
+
+    def __call__(
+        self, scope: AccessScope, query: str, *, doc_ids: Sequence[int] | None, limit: int
+    ) -> list[tuple[int, float]]: ...
+
+
 class WithheldFn(Protocol):
     """Up to ``limit`` chunk ids, lowest first, of chunks in the scope's corpora at or below
     its ceiling that hold at least ``min_terms`` of the distinct ``terms`` and that its
@@ -155,6 +166,7 @@ class SearchBackend:
     filtered_doc_ids: Callable[[AccessScope, SearchRequest], list[int]]
     lexical_leg: LegFn
     vector_leg: VectorLegFn
+    graph_leg: GraphLegFn
     withheld_chunks: WithheldFn
     readable_chunks: Callable[[AccessScope, Sequence[int]], set[int]]
     chunk_info: Callable[[str, Sequence[int]], dict[int, ChunkInfo]]
@@ -204,14 +216,15 @@ def _rank(
     """The ranking of ``request``'s strategy under the scope (with its ACL predicate when
     ``acl``), and whether the vector leg was truncated by a scan bound."""
     if request.strategy is not Strategy.TEMPORAL:
-        return _fused(backend, scope, request.strategy, request.top_k, terms, qvec, doc_ids,
-                      acl=acl)  # fmt: skip
-    # Temporal: a deeper hybrid (keyword without vectors) ranking of the same readable
-    # candidates, reordered; it never drops one, so it is never short (temporal.py).
+        return _fused(backend, scope, request.strategy, request.top_k, request.query, terms,
+                      qvec, doc_ids, acl=acl)  # fmt: skip
+    # Temporal: the hybrid (keyword without vectors) ranking of the request, kept deeper,
+    # reordered; it never drops a candidate, so it is never short (temporal.py).
     settings = backend.search_settings
     base = Strategy.HYBRID if qvec is not None else Strategy.KEYWORD
-    depth = max(request.top_k, settings.fusion_depth)
-    ranked, truncated = _fused(backend, scope, base, depth, terms, qvec, doc_ids, acl=acl)
+    ranked, truncated = _fused(backend, scope, base, request.top_k, request.query, terms, qvec,
+                               doc_ids, acl=acl,
+                               keep=max(request.top_k, settings.fusion_depth))  # fmt: skip
     at = reference_time(request)
     versions = backend.versions(scope, [cid for cid, _ in ranked], at=iso(at))
     return temporal_order(ranked, versions, settings, at)[: request.top_k], truncated
@@ -222,15 +235,25 @@ def _fused(
     scope: AccessScope,
     strategy: Strategy,
     top_k: int,
+    query: str,
     terms: Sequence[str],
     qvec: FloatArray | None,
     doc_ids: Sequence[int] | None,
     *,
     acl: bool,
+    keep: int | None = None,
 ) -> tuple[list[tuple[int, float]], bool]:
-    """The top ``top_k`` of a keyword, semantic or hybrid (fused) ranking."""
+    """The top ``top_k`` of a keyword, semantic, hybrid or graph (fused) ranking; with
+    ``keep``, that many of the same ranking (its legs as deep as for ``top_k``)."""
+    keep = top_k if keep is None else keep
     settings = backend.search_settings
     depth = vector_depth = top_k
+    graph: list[tuple[int, float]] = []
+    if strategy is Strategy.GRAPH:
+        # The hybrid legs and the graph leg, fused: the graph adds what names the entity
+        # another way, and never takes away what the words find.
+        graph = backend.graph_leg(scope, query, doc_ids=doc_ids, limit=settings.fusion_depth)
+        strategy = Strategy.HYBRID
     if strategy is Strategy.HYBRID:
         depth, vector_depth = settings.hybrid_depths(top_k)
     lexical: list[tuple[int, float]] = []
@@ -259,17 +282,18 @@ def _fused(
         lexical = beside.result()
     lexical.sort(key=lambda pair: (-pair[1], pair[0]))
     if strategy is Strategy.KEYWORD:
-        return lexical[:top_k], False
+        return lexical[:keep], False
     if strategy is Strategy.SEMANTIC:
-        return vector[:top_k], truncated
+        return vector[:keep], truncated
     fused = rrf(
         [
             ([c for c, _ in lexical], settings.lexical_weight),
             ([c for c, _ in vector], settings.vector_weight),
+            ([c for c, _ in graph], settings.graph_weight),
         ],
         k=settings.rrf_k,
     )
-    return fused[:top_k], truncated
+    return fused[:keep], truncated
 
 
 def run_search(
@@ -288,7 +312,7 @@ def run_search(
     terms = default_analyzer().analyze(request.query)
     qvec = None
     if request.strategy in (Strategy.SEMANTIC, Strategy.HYBRID) or (
-        request.strategy is Strategy.TEMPORAL and backend.embedder is not None
+        request.strategy in (Strategy.TEMPORAL, Strategy.GRAPH) and backend.embedder is not None
     ):
         qvec = _query_vector(backend, tenant, request.query)
     doc_ids = None

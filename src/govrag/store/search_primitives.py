@@ -17,6 +17,7 @@ from govrag.store.catalogue import CatalogueRepository
 from govrag.store.database import Database, json_list
 from govrag.store.derived import DerivedIndexes, VectorLeg
 from govrag.store.filters import filters_sql
+from govrag.store.graph import graph_leg, query_entities
 from govrag.store.outbox import vector_space
 from govrag.store.records import AccessScope
 from govrag.store.search import ChunkInfo, SearchBackend, SearchConfig
@@ -58,6 +59,7 @@ class SearchPrimitives:
             filtered_doc_ids=self._filtered_doc_ids,
             lexical_leg=self._lexical_leg,
             vector_leg=self._vectors.leg,
+            graph_leg=self._graph_leg,
             withheld_chunks=self._withheld_chunks,
             readable_chunks=self._readable_chunks,
             chunk_info=self._chunk_info,
@@ -84,6 +86,13 @@ class SearchPrimitives:
     ) -> list[tuple[int, float]]:
         index, _ = self._indexes.lexical_index(scope.tenant)
         return index.search(terms, **leg_args(scope, acl, doc_ids, limit))
+
+    def _graph_leg(
+        self, scope: AccessScope, query: str, *, doc_ids: Sequence[int] | None, limit: int
+    ) -> list[tuple[int, float]]:
+        """The graph primitive: see :mod:`govrag.store.graph` (always under the ACL)."""
+        reached = query_entities(query, self._config.glossary)
+        return graph_leg(self._db, scope, reached, doc_ids=doc_ids, limit=limit)
 
     def _withheld_chunks(
         self, scope: AccessScope, terms: Sequence[str], *, min_terms: int, limit: int
@@ -151,29 +160,38 @@ class SearchPrimitives:
         self, scope: AccessScope, chunk_ids: Sequence[int], *, at: str
     ) -> dict[int, Version]:
         """The temporal strategy's facts of ranked chunks' documents: when each is in effect
-        from, and whether a version the caller may read (same source system, searched
-        corpora, at or below its clearance, in effect at ``at``) names it in
-        ``supersedes``. A replacement the caller cannot read changes nothing."""
+        from, and the versions naming it in ``supersedes`` that the caller may read (same
+        source system, searched corpora, at or below its clearance, in effect at ``at``).
+        A replacement the caller cannot read is not there."""
         if not chunk_ids or not scope.tokens:
             return {}
         rows = self._db.q(
             scope.tenant,
             self._db.dialect.sql(
-                "SELECT c.chunk_id, d.effective_at, EXISTS (SELECT 1 FROM doc_supersedes s "
-                " JOIN documents n ON n.tenant_id = s.tenant_id AND n.doc_id = s.doc_id "
-                " WHERE s.tenant_id = d.tenant_id AND s.external_id = d.external_id "
+                "SELECT c.chunk_id, d.doc_id, d.effective_at, n.doc_id "
+                "FROM {ids} {pin} chunks c ON c.chunk_id = j.value "
+                "JOIN documents d ON d.tenant_id = c.tenant_id AND d.doc_id = c.doc_id "
+                "LEFT JOIN doc_supersedes s "
+                " ON s.tenant_id = d.tenant_id AND s.external_id = d.external_id "
+                "LEFT JOIN documents n ON n.tenant_id = s.tenant_id AND n.doc_id = s.doc_id "
                 " AND n.source_system = d.source_system AND n.doc_id <> d.doc_id "
                 " AND (n.effective_at IS NULL OR n.effective_at <= ?) "
                 " AND n.classification <= ? AND n.corpus_id IN (SELECT value FROM {texts}) "
-                " AND " + acl_exists("n") + ") "
-                "FROM {ids} {pin} chunks c ON c.chunk_id = j.value "
-                "JOIN documents d ON d.tenant_id = c.tenant_id AND d.doc_id = c.doc_id "
+                " AND " + acl_exists("n") + " "
                 "WHERE c.tenant_id = ?"
             ),
-            (at, scope.ceiling, json_list(scope.corpora), token_pairs(scope),
-             json_list(chunk_ids), scope.tenant),
+            (json_list(chunk_ids), at, scope.ceiling, json_list(scope.corpora),
+             token_pairs(scope), scope.tenant),
         )  # fmt: skip
-        return {int(r[0]): Version(effective_at=r[1], superseded=bool(r[2])) for r in rows}
+        found: dict[int, tuple[int, str | None, set[int]]] = {}
+        for cid, doc, effective_at, replacement in rows:
+            entry = found.setdefault(int(cid), (int(doc), effective_at, set()))
+            if replacement is not None:
+                entry[2].add(int(replacement))
+        return {
+            cid: Version(doc=doc, effective_at=when, superseded_by=frozenset(by))
+            for cid, (doc, when, by) in found.items()
+        }
 
     def _chunk_info(self, tenant: str, chunk_ids: Sequence[int]) -> dict[int, ChunkInfo]:
         """Display fields of chunks, with the author's email for the hidden-item marker."""

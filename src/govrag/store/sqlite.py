@@ -13,6 +13,7 @@ from pathlib import Path
 from govrag.embed.base import Embedder
 from govrag.settings import SearchSettings
 from govrag.store.facade import Store
+from govrag.store.glossary import Glossary
 from govrag.store.search import SearchConfig
 from govrag.store.sqlite_database import SQLiteDatabase
 from govrag.store.sqlite_vectors import SQLiteVectors
@@ -30,8 +31,9 @@ class SQLiteStore(Store):
         index_dir: Path | None = None,
         embedder: Embedder | None = None,
         search: SearchSettings | None = None,
+        glossary: Glossary | None = None,
     ) -> None:
-        config = SearchConfig(search or SearchSettings(), embedder)
+        config = SearchConfig(search or SearchSettings(), embedder, glossary or Glossary())
         db = SQLiteDatabase(path)
         self.path = db.path
         super().__init__(

@@ -9,13 +9,19 @@ own source system). Two uses, with different guarantees:
   so a short list is never a truncated one. ``as_of`` keeps versions in effect at that
   instant (time at or before it; an undated document counts as always in effect).
 - **Preference** (strategy ``temporal``) reorders a deeper ``hybrid`` ranking (``keyword``
-  without vectors) of the same readable candidates, so it never drops one:
-  ``score * current * recency`` where ``current`` is ``superseded_weight`` for a version
-  that is superseded or not yet in effect at the reference time (``as_of``, else now) and 1
-  otherwise, and ``recency = (1 - w) + w * 0.5 ** (age_days / half_life_days)`` with
-  ``w = temporal_recency_weight``. Age is counted back from the newest candidate in effect
-  (not from the clock, so a ranking does not drift between two identical searches); an
-  undated version is taken as one half-life old.
+  without vectors) of the same readable candidates, so it never drops one. It keeps the
+  ranking's own scores (what the gateway's reranker nudges by trust) and:
+
+  1. raises each score by a recency bonus of at most ``temporal_recency_boost`` (off by
+     default; settings.py says why): ``score * (1 + boost * 0.5 ** (age_days /
+     half_life_days))``. Relative, so scores of different corpora, merged by the gateway,
+     stay comparable. Age counts back from the newest candidate in effect (not from the
+     clock, so two identical searches score alike); an undated version is one half-life old;
+  2. multiplies a version not yet in effect at the reference time (``as_of``, else now) by
+     ``superseded_weight`` (0.1);
+  3. places a superseded version just below the best-placed version that replaces it, when
+     that one is a candidate (a question about the old rule still finds it, right after the
+     new one), and multiplies it by ``superseded_weight`` when it is not.
 
 Noninterference: a version counts as superseded only by a version **the caller may read** in
 the searched corpora at or below its clearance, and in effect at the reference time (the
@@ -43,10 +49,13 @@ SECONDS_PER_DAY = 86_400.0
 class Version:
     """What the temporal order knows of one candidate chunk's document."""
 
+    #: The document (the store's id).
+    doc: int
     #: When it is in effect from, in the store's format (``None``: undated).
     effective_at: str | None
-    #: Whether a version the caller may read, in effect at the reference time, replaces it.
-    superseded: bool
+    #: Versions that replace it (the store's ids) that the caller may read, in effect at the
+    #: reference time.
+    superseded_by: frozenset[int] = frozenset()
 
 
 class VersionsFn(Protocol):
@@ -91,25 +100,43 @@ def temporal_order(
     at: datetime,
 ) -> list[tuple[int, float]]:
     """``ranked`` reordered by the temporal score (see the module docstring); ties by id."""
-    w = settings.temporal_recency_weight
     half_life = settings.temporal_half_life_days
     moment = iso(at)
     dated = [v.effective_at for v in versions.values() if v.effective_at is not None]
     newest = max((t for t in dated if t <= moment), default=None)
-    out: list[tuple[int, float]] = []
-    for cid, score in ranked:
+    boost = settings.temporal_recency_boost
+    scores: dict[int, float] = {}
+    for cid, base in ranked:
         version = versions.get(cid)
         when = version.effective_at if version is not None else None
-        current = 1.0
-        if version is not None and (version.superseded or (when is not None and when > moment)):
-            current = settings.superseded_weight
         age_days = half_life  # undated: one half-life old
         if when is not None and newest is not None:
             age_days = max(0.0, _days(newest, when))
-        recency = (1.0 - w) + w * 0.5 ** (age_days / half_life)
-        out.append((cid, score * current * recency))
-    out.sort(key=lambda pair: (-pair[1], pair[0]))
-    return out
+        score = base * (1.0 + boost * 0.5 ** (age_days / half_life))
+        if when is not None and when > moment:
+            score *= settings.superseded_weight
+        scores[cid] = score
+    candidates = {versions[cid].doc for cid in scores if cid in versions}
+    for cid, version in versions.items():
+        if cid in scores and version.superseded_by and not version.superseded_by & candidates:
+            scores[cid] *= settings.superseded_weight  # replaced by one the words missed
+    # Each superseded version just below its best-placed replacement among the candidates;
+    # a chain (v1 < v2 < v3) settles in as many passes as it is long.
+    for _ in range(len(scores)):
+        best: dict[int, float] = {}
+        for cid, score in scores.items():
+            if cid in versions:
+                doc = versions[cid].doc
+                best[doc] = max(best.get(doc, 0.0), score)
+        moved = False
+        for cid, version in versions.items():
+            above = [best[d] for d in version.superseded_by if d in best]
+            if cid in scores and above and scores[cid] >= max(above):
+                scores[cid] = max(above) * (1 - 1e-9)
+                moved = True
+        if not moved:
+            break
+    return sorted(scores.items(), key=lambda pair: (-pair[1], pair[0]))
 
 
 def _days(later: str, earlier: str) -> float:

@@ -22,3 +22,6 @@ ALTER TABLE doc_supersedes FORCE ROW LEVEL SECURITY;
 CREATE POLICY tenant_isolation ON doc_supersedes
     USING (tenant_id = current_setting('govrag.tenant', true))
     WITH CHECK (tenant_id = current_setting('govrag.tenant', true));
+-- The graph leg follows relations from an entity, either way (graph.py).
+CREATE INDEX relations_by_source ON relations(tenant_id, src_entity);
+CREATE INDEX relations_by_target ON relations(tenant_id, dst_entity);

@@ -18,3 +18,6 @@ CREATE TABLE doc_supersedes (
     PRIMARY KEY (doc_id, external_id)
 );
 CREATE INDEX doc_supersedes_by_target ON doc_supersedes(tenant_id, external_id);
+-- The graph leg follows relations from an entity, either way (graph.py).
+CREATE INDEX relations_by_source ON relations(tenant_id, src_entity);
+CREATE INDEX relations_by_target ON relations(tenant_id, dst_entity);
