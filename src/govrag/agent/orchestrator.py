@@ -121,9 +121,11 @@ class Orchestrator:
         route_id: str | None = None,
         session_id: str | None = None,
         text: str | None = None,
+        strategy: Strategy | None = None,
     ) -> Answer:
         """Answer ``question`` as ``principal``; ``text`` is caller-supplied material (the
-        e-mail to summarise, the contract to review), never searched."""
+        e-mail to summarise, the contract to review), never searched. ``strategy``: the
+        retrieves' (default: the orchestrator's, ``[search] default_strategy``)."""
         # Before anything is recorded: an unacceptable input opens no session, writes nothing.
         self.limits.check_input(question, text)
         request_id = f"req-{secrets.token_hex(8)}"
@@ -131,7 +133,8 @@ class Orchestrator:
             principal, request_id=request_id, route_id=route_id, session_id=session_id
         )
         with self.governed.trail(principal, session, request_id) as where:
-            return self._answer(principal, question, text, session, request_id, where)
+            return self._answer(principal, question, text, session, request_id, where,
+                                strategy or self.strategy)  # fmt: skip
 
     def _answer(
         self,
@@ -141,6 +144,7 @@ class Orchestrator:
         session: Session,
         request_id: str,
         where: dict[str, str],
+        strategy: Strategy,
     ) -> Answer:
         route = self.governed.route_of(session)
         chosen = (self.models(route.model_profile) if self.models is not None
@@ -154,7 +158,7 @@ class Orchestrator:
             session,
             route,
             request_id,
-            strategy=self.strategy,
+            strategy=strategy,
             top_k=self.top_k,
             max_steps=self.limits.max_steps,
             max_tokens=chosen.max_tokens,

@@ -27,17 +27,18 @@ from govrag.deployment import Deployment
 from govrag.errors import GovragError, InputError, NotFoundError
 from govrag.eval.governance import CaseObservation, SuiteReport, score
 from govrag.eval.suite import EvalCase, Split, Suite, load_suite, plain, suite_path
-from govrag.types import ChunkOrigin, Principal
+from govrag.types import ChunkOrigin, Principal, Strategy
 
 Progress = Callable[[str], None]
 
 
 def evaluate_suite(dep: Deployment, suite_id: str | None, *, route: str | None = None,
-                   split: Split | None = None, progress: Progress | None = None
-                   ) -> SuiteReport:  # fmt: skip
+                   split: Split | None = None, progress: Progress | None = None,
+                   strategy: Strategy | None = None) -> SuiteReport:  # fmt: skip
     """Run suite ``suite_id`` of the deployment (only ``route``'s cases, and only the cases
     of ``split``, if given); without ``suite_id``, the suite ``route`` binds (its
-    ``eval_suite_id``)."""
+    ``eval_suite_id``). ``strategy``: the retrieves' (default ``[search]
+    default_strategy``), to compare strategies on one suite."""
     if suite_id is None:
         suite_id = _bound(dep, route)
     root = dep.settings.deployment
@@ -64,7 +65,7 @@ def evaluate_suite(dep: Deployment, suite_id: str | None, *, route: str | None =
     for number, case in enumerate(cases, start=1):
         if progress is not None:
             progress(f"[{number}/{len(cases)}] {case.id} ({case.sub} on {case.route})")
-        observed.append(observe(dep, case, principals[case.sub]))
+        observed.append(observe(dep, case, principals[case.sub], strategy))
     return score(suite.model_copy(update={"cases": tuple(cases)}), observed)
 
 
@@ -99,12 +100,15 @@ def _checked(dep: Deployment, suite: Suite, cases: Iterable[EvalCase]) -> dict[s
     return principals
 
 
-def observe(dep: Deployment, case: EvalCase, principal: Principal) -> CaseObservation:
+def observe(
+    dep: Deployment, case: EvalCase, principal: Principal, strategy: Strategy | None = None
+) -> CaseObservation:
     """Ask ``case`` as ``principal`` and record what came back."""
     started = time.perf_counter()
     try:
         answer = dep.orchestrator.ask(principal, case.question, route_id=case.route,
-                                      session_id=None, text=case.text)  # fmt: skip
+                                      session_id=None, text=case.text,
+                                      strategy=strategy)  # fmt: skip
     except GovragError as exc:  # a request that failed is a fault of the run, not an outcome
         return CaseObservation(case_id=case.id, route=case.route, request_id=None,
                                abstained=True, reason="error", grounded=None,

@@ -30,6 +30,7 @@ from govrag.eval.governance import SuiteReport
 from govrag.eval.suite import Split, suite_problems
 from govrag.harvest.sources import SourceStatus, list_sources
 from govrag.settings import Settings
+from govrag.store.glossary import glossary_problems
 from govrag.types import Principal, Strategy
 
 if TYPE_CHECKING:
@@ -211,11 +212,12 @@ class Operators:
 
     def config_check(self) -> ConfigCheck:
         """Validate routes/, manifests/, workflows/ and policies/ against govrag.toml, and
-        that every eval suite of evals/ loads."""
+        that every eval suite of evals/ and the glossary (entities/) load."""
         config, problems = check_deployment(self.settings)
         if config is not None:  # scopes are only worth checking in a route table that loads
             problems += unknown_scope_problems(self._dep, config)
         suites = suite_problems(self.settings.deployment)
+        suites += glossary_problems(self.settings.deployment)
         anchor = audit_problems(self._dep)
         models = model_problems(self._dep)
         return ConfigCheck(problems + auth_problems(self._dep) + anchor + models + suites,
@@ -245,17 +247,20 @@ class Operators:
         route: str | None = None,
         split: Split | None = None,
         progress: Callable[[str], None] | None = None,
+        strategy: Strategy | None = None,
     ) -> SuiteReport:
         """Run the deployment's governance eval suite ``evals/<suite>.jsonl`` (only
         ``route``'s cases and ``split``'s (``dev`` or ``test``), if given; without ``suite``,
         the one ``route``'s ``eval_suite_id`` binds) through the full governed path, each case
         asked as its principal. The report says per route and overall what was found,
         leaked, refused and supported, and which of the suite's thresholds were missed
-        (extra ``eval``)."""
+        (extra ``eval``). ``strategy`` replaces ``[search] default_strategy`` for the run
+        (compare strategies on one suite)."""
         require_text(suite=suite, route=route)
         from govrag.app.evaluate import evaluate_suite
 
-        return evaluate_suite(self._dep, suite, route=route, split=split, progress=progress)
+        return evaluate_suite(self._dep, suite, route=route, split=split, progress=progress,
+                              strategy=strategy)  # fmt: skip
 
 
 def local_principal(settings: Settings, sub: str) -> Principal:

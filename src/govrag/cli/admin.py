@@ -106,7 +106,13 @@ def eval_(
     report: Annotated[
         Path | None, typer.Option(help="--suite: also write the report as Markdown here.")
     ] = None,
-    strategy: Annotated[Strategy, typer.Option(help="Retrieval strategy.")] = Strategy.KEYWORD,
+    strategy: Annotated[
+        Strategy | None,
+        typer.Option(
+            help="Retrieval strategy (BEIR default keyword; --suite default: the "
+            "deployment's search.default_strategy)."
+        ),
+    ] = None,
     split: Annotated[
         str | None,
         typer.Option(
@@ -139,8 +145,10 @@ def eval_(
             fail(InputError("give a BEIR directory or --suite, not both"))
         if split not in (None, "dev", "test"):
             fail(InputError(f"--split {split!r} is no suite split; give dev or test"))
-        _suite(suite, route, cast("Split | None", split), report, deployment, as_json)
+        _suite(suite, route, cast("Split | None", split), report, deployment, as_json,
+               strategy)  # fmt: skip
         return
+    strategy = strategy or Strategy.KEYWORD
     if beir_dir is None:
         fail(InputError("name what to evaluate: a BEIR directory, or --suite ID (a "
                         "deployment's evals/ID.jsonl)"))  # fmt: skip
@@ -183,7 +191,7 @@ def eval_(
 
 
 def _suite(suite: str | None, route: str | None, split: Split | None, report: Path | None,
-           deployment: Path | None, as_json: bool) -> None:  # fmt: skip
+           deployment: Path | None, as_json: bool, strategy: Strategy | None) -> None:  # fmt: skip
     """``govrag eval --suite``: the run, its figures, the thresholds; exit 1 when missed."""
     from govrag.eval.governance import as_dict
     from govrag.eval.report import markdown
@@ -195,7 +203,8 @@ def _suite(suite: str | None, route: str | None, split: Split | None, report: Pa
                         "is not writable; name another --report"))  # fmt: skip
     with open_app(deployment) as app:
         result = guard(lambda: app.operators.evaluate_suite(suite, route=route, split=split,
-                                                            progress=say))  # fmt: skip
+                                                            progress=say,
+                                                            strategy=strategy))  # fmt: skip
     text = markdown(result)
     if report is not None:
         try:
