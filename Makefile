@@ -7,7 +7,8 @@ PIP := $(BIN)/pip install -q -c constraints.txt
 BENCH_ONLY := scifact synthetic governed gateway writeback ingest pdp http mcp postgres
 
 .PHONY: compile demo test test-slow test-llm soak lint bench venv clean bench-prefilter \
-	bench-cli bench-governed-100k bench-million bench-pg-tenants $(addprefix bench-,$(BENCH_ONLY))
+	bench-cli bench-governed-100k bench-million bench-pg-tenants bench-strategies \
+	$(addprefix bench-,$(BENCH_ONLY))
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -134,6 +135,10 @@ bench-million: $(VENV)/.stamp-dev
 # PostgreSQL: what one HNSW graph per tenant costs as tenants are added.
 bench-pg-tenants: $(VENV)/.stamp-dev
 	$(BIN)/python -m bench.pg_tenants
+
+# Each retrieval strategy beside hybrid on the strategies suite, per question type.
+bench-strategies: $(VENV)/.stamp-dev
+	$(BIN)/python -m bench.strategies
 
 bench-cli: $(VENV)/.stamp-dev
 	$(BIN)/python -m bench.cli --repeat 5
