@@ -508,6 +508,16 @@ def test_search_by_time(deployment: Path) -> None:
         "policy-wire-ops-guide"
     }
     assert found("--time-field", "updated_at", "--since", "2027-01-01") == set()
+    # The examiner sees how each corpus was searched.
+    done = search(deployment, "wire", "--as", "ben", "--json", "--strategy", "temporal",
+                  "--as-of", "2026-05-01")  # fmt: skip
+    request_id = json.loads(done.stdout)["request_id"]
+    replayed = govrag("replay", request_id, "--json", "--deployment", str(deployment),
+                      cwd=deployment)  # fmt: skip
+    assert replayed.returncode == 0, replayed.stderr
+    searched = [p["retrieval"] for p in json.loads(replayed.stdout)["model_saw"]]
+    assert searched and all(s == {"strategy": "temporal", "as_of": "2026-05-01T00:00:00+00:00"}
+                            for s in searched)  # fmt: skip
     wrong = [(("--as-of", "yesterday"), "--as-of"),
              (("--since", "2026-06-01", "--until", "2026-01-01"), "--since/--until")]  # fmt: skip
     for args, option in wrong:

@@ -191,3 +191,15 @@ def test_a_route_runs_the_suite_it_binds(demo: Path) -> None:
     assert unknown.returncode == 2 and "unknown route 'nope'" in unknown.stderr
     with govrag.open(demo) as app:
         assert not [p for p in app.operators.config_check().problems if p.field == "eval_suite_id"]
+
+
+def test_a_suite_runs_with_the_strategy_named_and_replay_shows_it(demo: Path) -> None:
+    planted(demo, WIRE | {"id": "wire"}, thresholds={})
+    for strategy in ("graph", "temporal"):
+        done = cli(demo, "--suite", "planted", "--strategy", strategy, "--json")
+        assert done.returncode == 0, done.stderr[-2000:]
+        request_id = json.loads(done.stdout)["cases"][0]["observed"]["request_id"]
+        with govrag.open(demo) as app:
+            replay = app.operators.replay(request_id, tenant=TENANT).as_dict()
+        searched = [p["retrieval"] for p in replay["model_saw"] if "retrieval" in p]
+        assert searched and {s["strategy"] for s in searched} == {strategy}

@@ -194,8 +194,11 @@ def _decision(row: AuditEvent, m: PepDecisionEvent) -> ReplayDecision:
 
 
 def _pack(p: ContextPackEvent, marker: ReplayMarker | None, passed: dict[str, bool]) -> ReplayPack:
-    """One pack as the examiner sees it (records before later fields existed: defaults)."""
+    """One pack as the examiner sees it (records before later fields existed: defaults, and
+    no ``retrieval`` at all, as they were shown before it was kept)."""
+    searched = {} if p.retrieval is None else {"retrieval": p.retrieval}
     return ReplayPack(
+        **searched,
         context_pack_id=p.context_pack_id, corpus=p.corpus, origin=p.origin,
         policy_version=p.policy_version, ranker_version=p.ranker_version,
         chunks=[_chunk(s) for s in p.sources], withheld=p.withheld, hidden_marker=marker,

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from govrag.audit.events import Recorded
+from govrag.audit.events import PackRetrieval, Recorded
 from govrag.types import HiddenSource, RiskTier, UncheckedChunk, Withheld
 
 
@@ -133,6 +133,9 @@ class ReplayPack(Record):
     origin: str
     policy_version: str
     ranker_version: str
+    #: How the corpus was searched (strategy, as_of, time range); ``None``: not recorded
+    #: (session memory, or a record made before it was kept).
+    retrieval: PackRetrieval | None = None
     chunks: tuple[ReplayChunk, ...]
     withheld: Withheld | None
     hidden_marker: ReplayMarker | None

@@ -38,6 +38,7 @@ from pydantic import ValidationError
 from govrag.audit.events import (
     ContextPackEvent,
     PackProposal,
+    PackRetrieval,
     PepDecisionEvent,
     events_of,
     write,
@@ -183,7 +184,9 @@ class PolicyEnforcementPoint:
         # formulated one) is known only now; the decision recorded what the PDP was asked.
         if made and made[-1].query != proposal.query:
             proposal = replace(proposal, query=made[-1].query)
-        problem = self._record_pack(principal, pack, proposal, done, request_id, session_id)
+        searched_with = PackRetrieval.of(made[-1]) if made else None
+        problem = self._record_pack(principal, pack, proposal, done, request_id, session_id,
+                                    searched_with)  # fmt: skip
         if problem is not None:
             failed = Decision("DENY", "policy_error", done.decision.policy_version,
                               f"the context pack could not be recorded: {problem}")  # fmt: skip
@@ -245,11 +248,12 @@ class PolicyEnforcementPoint:
         done: Enforced[ContextPack],
         request_id: str,
         session_id: str,
+        retrieval: PackRetrieval | None = None,
     ) -> str | None:
         """Commit the pack's ``context_pack`` record; the failure's text when it could not
         be (an unrecorded pack never reaches the model)."""
         try:
-            write(self.audit, principal.tenant, pack_event(pack, proposal, done),
+            write(self.audit, principal.tenant, pack_event(pack, proposal, done, retrieval),
                   request_id=request_id, session_id=session_id)  # fmt: skip
         except Exception as exc:
             log.error("audit write failed, withholding pack %s of %s: %s",
@@ -375,7 +379,10 @@ def _has_memory(audit: RequestLog, tenant: str, request_id: str) -> bool:
 
 
 def pack_event(
-    pack: ContextPack, proposal: Proposal | None, done: Enforced[ContextPack]
+    pack: ContextPack,
+    proposal: Proposal | None,
+    done: Enforced[ContextPack],
+    retrieval: PackRetrieval | None = None,
 ) -> ContextPackEvent:
     """The context pack's audit event (:class:`ContextPackEvent`). A session-memory pack has
     no proposal (``retrieve_proposal`` is ``None``); its ``pep_audit_id`` is the request's
@@ -383,4 +390,4 @@ def pack_event(
     asked = None if proposal is None else PackProposal(
         tool=proposal.tool, corpus=proposal.corpus, query=recorded(proposal.query))  # fmt: skip
     return ContextPackEvent.of(pack, asked, pep_verdict=done.decision.verdict,
-                               pep_audit_id=done.audit_id)  # fmt: skip
+                               pep_audit_id=done.audit_id, retrieval=retrieval)  # fmt: skip

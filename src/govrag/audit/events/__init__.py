@@ -43,6 +43,7 @@ from govrag.audit.events.policy import (
     ContextPackEvent,
     HiddenMarkerEvent,
     PackProposal,
+    PackRetrieval,
     PackSource,
     PepDecisionEvent,
 )
@@ -73,6 +74,7 @@ __all__ = [
     "LlmCallEvent",
     "LlmResultEvent",
     "PackProposal",
+    "PackRetrieval",
     "PackSource",
     "PepDecisionEvent",
     "PinAttempt",

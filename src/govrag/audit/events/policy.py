@@ -17,6 +17,7 @@ from govrag.types import (
     HiddenSource,
     RightsCheckSummary,
     RiskTier,
+    SearchRequest,
     UncheckedChunk,
     Withheld,
 )
@@ -56,6 +57,30 @@ class PackProposal(Record):
     query: Recorded
 
 
+class PackRetrieval(Record):
+    """How a pack's corpus was searched: the strategy and the time it was asked about (a
+    record made before these were kept has none)."""
+
+    strategy: str
+    #: ``as_of``, ISO 8601 (``None``: now).
+    as_of: str | None = None
+    #: A time range's field and bounds, ISO 8601.
+    time_range: dict[str, str] | None = None
+
+    @classmethod
+    def of(cls, request: SearchRequest) -> PackRetrieval:
+        """What ``request`` asked for; a time it did not name is left out of the record."""
+        given: dict[str, object] = {"strategy": request.strategy.value}
+        if request.as_of is not None:
+            given["as_of"] = request.as_of.isoformat()
+        window = request.time_range
+        if window is not None:
+            given["time_range"] = {"field": window.field} | {
+                k: v.isoformat() for k, v in (("start", window.start), ("end", window.end))
+                if v is not None}  # fmt: skip
+        return cls.model_validate(given)
+
+
 class PackSource(Record):
     """One packed chunk: where it came from and its score (never its text)."""
 
@@ -76,6 +101,9 @@ class ContextPackEvent(AuditEventBase):
     corpus: str
     origin: str = "source"
     retrieve_proposal: PackProposal | None
+    #: How it was searched (written since the temporal and graph strategies; ``None``: a
+    #: session-memory pack, or a record made before).
+    retrieval: PackRetrieval | None = None
     pep_verdict: str
     #: The committed ALLOW this pack was searched after.
     pep_audit_id: str | None
@@ -100,6 +128,7 @@ class ContextPackEvent(AuditEventBase):
         *,
         pep_verdict: str,
         pep_audit_id: str | None,
+        retrieval: PackRetrieval | None = None,
     ) -> ContextPackEvent:
         """The record of ``pack``: its sources (ids, scores, origins, memory metadata), the
         chunks no source confirmed, its budget and rights-check figures."""
@@ -111,7 +140,10 @@ class ContextPackEvent(AuditEventBase):
                             score=c.score, origin=c.origin.value, writeback=dict(c.writeback))
             for c in pack.chunks
         )  # fmt: skip
+        # Only when known: a payload without the field stays as it was written before.
+        extra = {} if retrieval is None else {"retrieval": retrieval}
         return cls(
+            **extra,
             context_pack_id=pack.context_pack_id,
             corpus=pack.corpus,
             origin=pack.origin.value,
