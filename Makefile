@@ -8,6 +8,7 @@ BENCH_ONLY := scifact synthetic governed gateway writeback ingest pdp http mcp p
 
 .PHONY: compile demo test test-slow test-llm soak lint bench venv clean bench-prefilter \
 	bench-cli bench-governed-100k bench-million bench-pg-tenants bench-strategies \
+	bench-strategy-latency \
 	$(addprefix bench-,$(BENCH_ONLY))
 
 $(BIN)/python:
@@ -139,6 +140,10 @@ bench-pg-tenants: $(VENV)/.stamp-dev
 # Each retrieval strategy beside hybrid on the strategies suite, per question type.
 bench-strategies: $(VENV)/.stamp-dev
 	$(BIN)/python -m bench.strategies
+
+# Each strategy's latency beside hybrid's at 100k synthetic chunks.
+bench-strategy-latency: $(VENV)/.stamp-dev
+	$(BIN)/python -m bench.strategy_latency
 
 bench-cli: $(VENV)/.stamp-dev
 	$(BIN)/python -m bench.cli --repeat 5

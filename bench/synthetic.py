@@ -383,7 +383,8 @@ def build_store(corpus: Corpus, root: Path, say: Say) -> dict[str, object]:
 
 
 def _code_fingerprint() -> str:
-    """Hash of the code that shapes a built store (schema, ingest, chunking, analyzer)."""
+    """Hash of the code that shapes a built store (schema, ingest, chunking, analyzer, the
+    graph's extraction)."""
     import govrag
     from govrag.store.migrations import migrations
 
@@ -391,7 +392,13 @@ def _code_fingerprint() -> str:
     digest = hashlib.sha256()
     for migration in migrations("sqlite"):
         digest.update(migration.sql.encode())
-    for rel in ("store/analyzer.py", "harvest/ingest.py", "harvest/chunking.py"):
+    for rel in (
+        "store/analyzer.py",
+        "harvest/ingest.py",
+        "harvest/chunking.py",
+        "store/graph_extract.py",
+        "store/graph.py",
+    ):
         digest.update((src / rel).read_bytes())
     return digest.hexdigest()[:16]
 

@@ -6,7 +6,7 @@ import math
 import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import IntEnum, StrEnum
 from typing import Annotated, Literal
 
@@ -16,6 +16,7 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    ValidationInfo,
     field_serializer,
     field_validator,
 )
@@ -358,6 +359,27 @@ def _check_text(value: str, what: str) -> None:
         raise ValueError(f"{what} contains a NUL character; remove it")
 
 
+#: The years a document's or a request's time may name: stored times are compared as text,
+#: so a year must have four digits in UTC (and converting one near year 1 or 9999 to UTC
+#: overflows).
+FIRST_YEAR, LAST_YEAR = 1000, 9998
+
+
+def check_instant(value: datetime | None, what: str) -> datetime | None:
+    """``value`` if it is ``None`` or an instant whose UTC year lies in FIRST_YEAR..LAST_YEAR;
+    else :class:`ValueError` naming ``what`` and the range."""
+    if value is None:
+        return None
+    if not FIRST_YEAR <= value.year <= LAST_YEAR or not (
+        FIRST_YEAR <= (value - (value.utcoffset() or timedelta(0))).year <= LAST_YEAR
+    ):
+        raise ValueError(
+            f"{what} {value.isoformat()!r} is outside the years {FIRST_YEAR}-{LAST_YEAR} govrag "
+            "stores; give a time in that range"
+        )
+    return value
+
+
 TimeField = Literal["updated_at", "effective_at"]
 
 
@@ -372,6 +394,11 @@ class TimeRange(Frozen):
     field: TimeField = "effective_at"
     start: AwareDatetime | None = None
     end: AwareDatetime | None = None
+
+    @field_validator("start", "end")
+    @classmethod
+    def _in_range(cls, value: datetime | None, info: ValidationInfo) -> datetime | None:
+        return check_instant(value, f"time_range {info.field_name}")
 
     def model_post_init(self, __context: object) -> None:
         if self.start is None and self.end is None:
@@ -419,6 +446,11 @@ class SearchRequest(Frozen):
         if not value.strip():
             raise ValueError("query is blank; pass some words to search for")
         return value
+
+    @field_validator("as_of")
+    @classmethod
+    def _as_of_in_range(cls, value: datetime | None) -> datetime | None:
+        return check_instant(value, "as_of")
 
     @field_validator("marker_query")
     @classmethod

@@ -1,22 +1,24 @@
 """Hostile review of the graph leg, the temporal strategy and time filters (both backends).
 
 The attacker reads some documents, picks queries, strategies, ``as_of`` and ``time_range``,
-and writes documents that get ingested (text, times, ``supersedes``). A passing test is a
-defence that holds; a failing one is a hole, explained in its docstring:
+and writes documents that get ingested (text, times, ``supersedes``). Every test is a defence
+that must hold. The review found these holes, each closed and kept here as a test:
 
-- ``test_the_row_bound_cuts_a_chunk_by_hidden_entity_ids``: the graph leg's ``MAX_ROWS`` cut is
-  ordered by chunk id only, so which of the boundary chunk's entity rows survive follows the
-  tenant-wide entity ids, which unreadable (even deleted) documents assign: a noninterference
-  break (results and scores move).
+- the graph leg's row bound was ordered by chunk id only, so which of the boundary chunk's
+  entity rows survived followed the tenant-wide entity ids, which unreadable (even deleted)
+  documents assign: a noninterference break (results and scores moved). Only whole chunks
+  count now, and scores are summed in one order;
 - crashes on hostile input: a Unicode month (``aprİl``), an amount of more than 4300 digits,
   times whose UTC conversion leaves datetime's range, a version dated before year 1000 (the
-  store's time text is not zero-padded, so it also sorts wrong);
-- a quadratic regex (``_DEFINED``, ``_EMAIL``) on a long chunk: a 2 MB document holds the
-  write transaction for hours.
+  store's time text was not zero-padded, so it also sorted wrong). Extraction is bounded and
+  ASCII-folded; times outside the years 1000-9998 are refused at the record and the request;
+- quadratic regexes (``_DEFINED``, ``_EMAIL``) on a long chunk: a 2 MB document held the
+  write transaction for hours. Every repeated run is bounded now.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -28,7 +30,7 @@ import pytest
 from pydantic import ValidationError
 
 from govrag.gateway import Gateway
-from govrag.harvest.ingest import Ingestor
+from govrag.harvest.ingest import Ingestor, ingest_jsonl
 from govrag.harvest.records import DocumentRecord
 from govrag.store.glossary import Glossary, GlossaryEntry
 from govrag.store.graph_extract import extract
@@ -93,7 +95,7 @@ def row_bound_world(*, hidden: bool) -> list[Any]:
 
 
 def test_the_row_bound_cuts_a_chunk_by_hidden_entity_ids(open_store: StoreFactory) -> None:
-    """HOLE (noninterference). ``graph_leg`` reads at most ``MAX_ROWS`` (chunk, entity) rows
+    """Fixed (noninterference). ``graph_leg`` reads at most ``MAX_ROWS`` (chunk, entity) rows
     ``ORDER BY ce.chunk_id LIMIT 20000``: not a total order. When the bound falls inside a
     chunk, which of its rows survive follows the order the rows come in, i.e. entity ids
     (the ids list drives the join in ascending id). Entity ids are tenant-wide and assigned
@@ -286,39 +288,31 @@ def test_cycles_and_a_hundred_supersedes_are_harmless(store: KnowledgeStore) -> 
 # --------------------------------------------------------------------------------------------
 
 
-def test_versions_dated_before_year_1000_compare_in_time_order(store: KnowledgeStore) -> None:
-    """HOLE (wrong answers). ``clock.iso`` formats with ``strftime('%Y')``, which does not pad
-    years below 1000 ("999-01-01T..."), and every time comparison is on that text: a charter
-    in effect since 999 sorts AFTER 2024, so ``as_of=2025`` drops it, ``as_of`` year 500 keeps
-    versions of 2024 and 2999, and a range ending in 1500 misses it. Fix: format the year with
-    ``f"{moment.year:04d}"`` (and migrate stored times)."""
-    load(store, [
-        ident(BEN, "B"),
-        doc("old", "wire limit policy ancient charter", ["*"], effective_at="0999-01-01T00:00:00Z"),
-        doc("new", "wire limit policy modern rule", ["*"], effective_at="2024-01-01T00:00:00Z"),
-        doc("fut", "wire limit policy future rule", ["*"], effective_at="2999-01-01T00:00:00Z"),
-    ])  # fmt: skip
-    q = "wire limit policy"
-    assert set(ids(store, BEN, q, as_of=datetime(2025, 1, 1, tzinfo=UTC))) == {"old", "new"}
-    assert set(ids(store, BEN, q, as_of=datetime(500, 1, 1, tzinfo=UTC))) == set()
-    assert set(ids(store, BEN, q, time_range=TimeRange(end=datetime(1500, 1, 1, tzinfo=UTC)))) == {
-        "old"
-    }
-
-
-def test_a_version_dated_before_year_1000_does_not_crash_temporal(store: KnowledgeStore) -> None:
-    """HOLE (denial of service by a document author). ``temporal._instant`` parses stored times
-    with ``strptime('%Y-...')``, whose ``%Y`` wants four digits; a readable version with
-    ``effective_at`` 0999 is stored as "999-..." and every temporal search that ranks it
-    raises ``ValueError`` (the age is computed even with the recency bonus off). Fix: as
-    above (pad the year), and parse with ``datetime.fromisoformat``."""
-    load(store, [
-        ident(BEN, "B"),
-        doc("old", "wire limit policy ancient charter", ["*"], effective_at="0999-01-01T00:00:00Z"),
-        doc("new", "wire limit policy modern rule", ["*"], effective_at="2024-01-01T00:00:00Z"),
-    ])  # fmt: skip
-    got = ids(store, BEN, "wire limit policy", strategy=Strategy.TEMPORAL)
-    assert set(got) == {"old", "new"}
+@pytest.mark.parametrize("when", ["0999-01-01T00:00:00Z", "0001-01-01T00:30:00+05:00",
+                                  "9999-12-31T23:00:00-05:00"])  # fmt: skip
+def test_a_version_dated_outside_the_stored_years_is_refused_alone(
+    store: KnowledgeStore, tmp_path: Path, when: str
+) -> None:
+    """Was a HOLE: times are compared as stored text, and ``strftime('%Y')`` wrote year 999
+    as "999-...", which sorted after 2024 (``as_of=2025`` dropped it; a temporal search that
+    ranked it raised ``ValueError`` parsing it back); a time near year 1 or 9999 overflowed on
+    its way to UTC. Now a record's times must lie in the years 1000-9998 (UTC): such a line
+    is refused with a message naming the field, and the rest of the feed is ingested."""
+    with pytest.raises(ValidationError, match="outside the years 1000-9998"):
+        doc("old", "wire limit policy ancient charter", ["*"], effective_at=when)
+    feed = tmp_path / "feed.jsonl"
+    feed.write_text("\n".join(json.dumps(r) for r in (
+        {"type": "identity", "email": BEN, "source_system": "sp", "account_id": "B"},
+        {"type": "document", "source_system": "sp", "external_id": "old", "corpus": "main",
+         "text": "wire limit policy ancient charter", "acl": ["*"],
+         "classification": "internal", "effective_at": when},
+        {"type": "document", "source_system": "sp", "external_id": "new", "corpus": "main",
+         "text": "wire limit policy modern rule", "acl": ["*"], "classification": "internal",
+         "updated_at": "2024-01-01T00:00:00Z"},
+    )) + "\n")  # fmt: skip
+    report = ingest_jsonl(store, feed, "t1", embedder=store.embedder)
+    assert report.errors == 1 and "effective_at" in report.messages[0], report.messages
+    assert set(ids(store, BEN, "wire limit policy", strategy=Strategy.TEMPORAL)) == {"new"}
 
 
 EDGE_TIMES = ["9999-12-31T23:00:00-05:00", "0001-01-01T00:30:00+05:00"]
@@ -328,7 +322,7 @@ EDGE_TIMES = ["9999-12-31T23:00:00-05:00", "0001-01-01T00:30:00+05:00"]
 def test_as_of_and_ranges_at_the_edge_of_time_fail_cleanly(
     store: KnowledgeStore, when: str
 ) -> None:
-    """HOLE (traceback on caller input). An aware ``as_of`` / range bound whose UTC instant is
+    """Fixed (traceback on caller input). An aware ``as_of`` / range bound whose UTC instant is
     outside datetime's range passes validation, then ``clock.iso``'s ``astimezone(UTC)``
     raises ``OverflowError`` inside the search (a 500, not a 4xx). Fix: reject (or clamp) such
     instants in ``SearchRequest`` / ``TimeRange`` validation."""
@@ -360,14 +354,12 @@ HOSTILE_DOCUMENTS = {
     "unicode-month": lambda: doc("bad", "Payment due 1 aprİl 2024.", ["*"]),
     # int() of more than 4300 digits (sys.get_int_max_str_digits): ValueError.
     "huge-amount": lambda: doc("bad", "Claim of EUR " + "1" * 5000 + ".", ["*"]),
-    # A time whose UTC conversion leaves datetime's range: OverflowError in utc_instant.
-    "time-overflow": lambda: doc("bad", "x", ["*"], effective_at="0001-01-01T00:30:00+05:00"),
 }
 
 
 @pytest.mark.parametrize("kind", sorted(HOSTILE_DOCUMENTS))
 def test_a_hostile_document_is_refused_alone(open_store: StoreFactory, kind: str) -> None:
-    """HOLE (denial of service by a document author). The graph's extraction runs inside
+    """Fixed (denial of service by a document author). The graph's extraction runs inside
     ``put_document`` and the time conversion in ``Ingestor.flush``; only ``InputError`` is
     caught there, so these raise out of ``flush``: the whole ingest run stops, and the
     harmless documents of its batch (and everything after it in the feed) are never
@@ -383,7 +375,7 @@ def test_a_hostile_document_is_refused_alone(open_store: StoreFactory, kind: str
 
 
 def test_a_graph_question_with_a_unicode_month_does_not_crash(store: KnowledgeStore) -> None:
-    """HOLE (traceback on caller input). The question goes through the same extraction: a
+    """Fixed (traceback on caller input). The question goes through the same extraction: a
     graph search for "1 aprİl 2024" raises ``KeyError('apri̇l')``."""
     load(store, [ident(BEN, "B"), doc("d", "Payment due 1 April 2024.", ["*"])])
     got = ids(store, BEN, "payment due 1 aprİl 2024", strategy=Strategy.GRAPH)
@@ -419,7 +411,7 @@ PATHOLOGICAL = {
 
 @pytest.mark.parametrize("kind", sorted(PATHOLOGICAL))
 def test_extraction_is_not_quadratic_on_one_long_chunk(kind: str, tmp_path: Path) -> None:
-    """HOLE (denial of service by a document author). The chunker never splits a run without
+    """Fixed (denial of service by a document author). The chunker never splits a run without
     whitespace, so a document's whole text can be one chunk (up to ``max_text_bytes``, 2 MB).
     ``_DEFINED`` and ``_EMAIL`` are quadratic on such text (60 KB of "A.": ~45 s, 120 KB of
     "a.": ~11 s here; 2 MB: hours), and extraction runs inside the document's write

@@ -24,11 +24,18 @@ from pydantic import (
     Field,
     StrictBool,
     StringConstraints,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
-from govrag.types import Classification, Email, check_email, check_source_system
+from govrag.types import (
+    Classification,
+    Email,
+    check_email,
+    check_instant,
+    check_source_system,
+)
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 #: Unicode categories an id may not hold: controls, format characters (bidi overrides and
@@ -230,13 +237,13 @@ class DocumentRecord(_Record):
 
     @field_validator("updated_at", "effective_at")
     @classmethod
-    def _aware(cls, value: datetime | None) -> datetime | None:
+    def _aware(cls, value: datetime | None, info: ValidationInfo) -> datetime | None:
         if value is not None and value.utcoffset() is None:
             raise ValueError(
                 f"{value.isoformat()!r} has no time zone; add 'Z' (UTC) or an offset such as "
                 "'+02:00'"
             )
-        return value
+        return check_instant(value, str(info.field_name))
 
     @field_validator("acl")
     @classmethod

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from govrag.embed.base import embedder_setting
-from govrag.errors import ConfigError, StoreError
+from govrag.errors import ConfigError, InputError, StoreError
 from govrag.store.clock import now_iso
 from govrag.store.database import (
     Database,
@@ -174,9 +174,17 @@ class DocumentRepository:
             )
             if doc.chunks is not None:
                 leaves = self._write_chunks(conn, tenant, doc_id, doc)
-                write_chunk_graph(conn, self._db.dialect, tenant,
-                                  [(cid, titled(doc.title, text)) for cid, text in leaves],
-                                  self._config.glossary)  # fmt: skip
+                try:
+                    write_chunk_graph(conn, self._db.dialect, tenant,
+                                      [(cid, titled(doc.title, text)) for cid, text in leaves],
+                                      self._config.glossary)  # fmt: skip
+                except (ValueError, KeyError, OverflowError) as exc:
+                    # Extraction is meant never to fail; if a text still finds a way, that
+                    # document alone is refused (its transaction rolls back), not the feed.
+                    raise InputError(
+                        f"document {doc.external_id!r}: its entities could not be read "
+                        f"({type(exc).__name__}: {exc}); report this text to govrag"
+                    ) from exc
             append_outbox(conn, self._db.dialect, tenant, doc_id)
             if rights_changed:
                 bump_epoch(conn, tenant)

@@ -143,15 +143,22 @@ def graph_leg(
         (json_list(sorted(ids)), scope.tenant, scope.ceiling, json_list(scope.corpora),
          token_pairs(scope), *((json_list(doc_ids),) if doc_ids is not None else ())),
     )  # fmt: skip
+    rows = [(int(cid), ids[int(eid)]) for cid, eid in named]
+    if len(rows) >= MAX_ROWS:
+        # The bound cut inside the last chunk; which of its rows came first follows entity
+        # ids, which any document (readable or not) may have made first. Only whole chunks
+        # count, so what is kept depends on the readable chunks' ids alone.
+        last = rows[-1][0]
+        rows = [(cid, e) for cid, e in rows if cid != last]
     mentions: dict[int, set[Entity]] = defaultdict(set)
     frequency: dict[Entity, int] = defaultdict(int)
-    for cid, eid in named:
-        entity = ids[int(eid)]
-        if entity not in mentions[int(cid)]:
-            mentions[int(cid)].add(entity)
+    for cid, entity in rows:
+        if entity not in mentions[cid]:
+            mentions[cid].add(entity)
             frequency[entity] += 1
+    # Summed in one order (a set's order could move a score's last bit).
     scored = [
-        (cid, sum(weights[e] / math.log2(1 + frequency[e]) for e in entities))
+        (cid, sum(weights[e] / math.log2(1 + frequency[e]) for e in sorted(entities)))
         for cid, entities in mentions.items()
     ]
     scored.sort(key=lambda pair: (-pair[1], pair[0]))

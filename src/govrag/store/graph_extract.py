@@ -36,21 +36,29 @@ _MONTHS = {m: i for i, m in enumerate(
 _LEI = re.compile(r"\b([0-9A-Z]{18}[0-9]{2})\b")
 _IBAN = re.compile(r"\b([A-Z]{2}[0-9]{2}(?:[ ]?[A-Z0-9]{4}){2,7}(?:[ ]?[A-Z0-9]{1,4})?)\b")
 _ISIN = re.compile(r"\b([A-Z]{2}[A-Z0-9]{9}[0-9])\b")
-_EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b")
+# Every repeated run is bounded: the patterns scan each start position of a chunk that may be
+# one 2 MB word, so an unbounded run (``[...]+`` before a literal that never comes) would be
+# quadratic in it. An e-mail's local part is at most 64 characters, its domain 253.
+_EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9.-]{1,253}\.[A-Za-z]{2,24}\b")
 _CONTRACT = re.compile(
-    r"\b(?:contract|agreement|reference|ref\.?)\s+(?:no\.?|number|#)\s*([A-Z0-9][A-Z0-9/-]{2,30})",
-    re.IGNORECASE,
+    r"\b(?:contract|agreement|reference|ref\.?)\s{1,4}(?:no\.?|number|#)\s{0,4}"
+    r"([A-Z0-9][A-Z0-9/-]{2,30})",
+    re.IGNORECASE | re.ASCII,
 )
 _AMOUNT = re.compile(
-    r"\b(EUR|USD|GBP|CHF|SEK|NOK|DKK|PLN|JPY)\s?([0-9]{1,3}(?:[,.' ][0-9]{3})+|[0-9]+)"
+    r"\b(EUR|USD|GBP|CHF|SEK|NOK|DKK|PLN|JPY)\s?([0-9]{1,3}(?:[,.' ][0-9]{3}){1,6}|[0-9]{1,15})"
     r"(?:\s?(million|m|bn|billion|k))?\b",
-    re.IGNORECASE,
+    re.IGNORECASE | re.ASCII,
 )
 _ISO_DATE = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
-_LONG_DATE = re.compile(r"\b(\d{1,2})\s+(" + "|".join(_MONTHS) + r")\s+(\d{4})\b", re.IGNORECASE)
+# ASCII case-folding only: with Unicode rules "aprİl" would match "april" and then miss the
+# month table.
+_LONG_DATE = re.compile(
+    r"\b(\d{1,2})\s+(" + "|".join(_MONTHS) + r")\s+(\d{4})\b", re.IGNORECASE | re.ASCII
+)
 _DEFINED = re.compile(
-    r"([A-Z][\w&.,'-]*(?:\s+(?:[A-Z][\w&.,'-]*|of|and|&|de|du|la|van|von))*)\s*"
-    r"\(\s*(?:the\s+|hereinafter\s+)?[\"“”']([^\"“”']{2,60})[\"“”']\s*\)"
+    r"([A-Z][\w&.,'-]{0,40}(?:\s+(?:[A-Z][\w&.,'-]{0,40}|of|and|&|de|du|la|van|von)){0,8})"
+    r"\s{0,4}\(\s{0,4}(?:the\s+|hereinafter\s+)?[\"“”']([^\"“”']{2,60})[\"“”']\s{0,4}\)"
 )
 _SCALE = {"k": 1_000, "m": 1_000_000, "million": 1_000_000, "bn": 10**9, "billion": 10**9}
 
@@ -93,11 +101,16 @@ def term_mentions(text: str, terms: set[str]) -> set[Entity]:
     return {("term", t) for t in terms if re.search(r"(?<!\w)" + re.escape(t) + r"(?!\w)", folded)}
 
 
+#: Words of a question read for defined terms: questions are short; a 4 KiB one must not
+#: turn into thousands of lookups.
+MAX_QUESTION_WORDS = 64
+
+
 def phrases(text: str, longest: int = 5) -> set[str]:
-    """Every run of 1 to ``longest`` words of ``text`` (folded, punctuation dropped): the
-    names a question may call a defined term by."""
-    words = re.findall(r"[\w&.'-]+", fold(text))
-    words = [w.strip(".'-") for w in words if w.strip(".'-")]
+    """Every run of 1 to ``longest`` words of ``text``'s first :data:`MAX_QUESTION_WORDS`
+    (folded, punctuation dropped): the names a question may call a defined term by."""
+    words = re.findall(r"[\w&.'-]{1,100}", fold(text))
+    words = [w.strip(".'-") for w in words if w.strip(".'-")][:MAX_QUESTION_WORDS]
     return {" ".join(words[i : i + n]) for n in range(1, longest + 1)
             for i in range(len(words) - n + 1)}  # fmt: skip
 
@@ -125,7 +138,7 @@ def _identifiers(text: str) -> list[tuple[str, str]]:
     for y, mo, d in _ISO_DATE.findall(text):
         out.append(("date", f"{y}-{mo}-{d}"))
     for d, month, y in _LONG_DATE.findall(text):
-        out.append(("date", f"{y}-{_MONTHS[month.casefold()]:02d}-{int(d):02d}"))
+        out.append(("date", f"{y}-{_MONTHS[month.lower()]:02d}-{int(d):02d}"))
     return out
 
 

@@ -109,9 +109,9 @@ def temporal_order(
     for cid, base in ranked:
         version = versions.get(cid)
         when = version.effective_at if version is not None else None
-        age_days = half_life  # undated: one half-life old
+        age_days = half_life  # undated (or unreadable as a time): one half-life old
         if when is not None and newest is not None:
-            age_days = max(0.0, _days(newest, when))
+            age_days = max(0.0, _days(newest, when) or 0.0) if boost else half_life
         score = base * (1.0 + boost * 0.5 ** (age_days / half_life))
         if when is not None and when > moment:
             score *= settings.superseded_weight
@@ -139,10 +139,12 @@ def temporal_order(
     return sorted(scores.items(), key=lambda pair: (-pair[1], pair[0]))
 
 
-def _days(later: str, earlier: str) -> float:
-    """Days from ``earlier`` to ``later``, both in the store's format."""
-    return (_instant(later) - _instant(earlier)).total_seconds() / SECONDS_PER_DAY
-
-
-def _instant(stored: str) -> datetime:
-    return datetime.strptime(stored, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+def _days(later: str, earlier: str) -> float | None:
+    """Days from ``earlier`` to ``later``, both in the store's format (``None`` when one is
+    not: a time written by hand into the database is no reason to fail a search)."""
+    try:
+        then = datetime.strptime(earlier, "%Y-%m-%dT%H:%M:%S.%fZ")
+        now = datetime.strptime(later, "%Y-%m-%dT%H:%M:%S.%fZ")
+    except ValueError:
+        return None
+    return (now - then).total_seconds() / SECONDS_PER_DAY
