@@ -265,3 +265,27 @@ def test_oversized_requests_are_refused_before_the_store(
     # expression depth), 1000 corpora 1000 DENY audit records, a long name echoed back whole.
     r = client.post("/v1/search", json={"query": "wire", **extra}, headers=bearer(app, "ana"))
     assert r.status_code == 400 and field in r.json()["fields"], r.text[:300]
+
+
+def test_every_strategy_and_the_time_filters_over_http(
+    client: httpx.Client, app: govrag.Govrag
+) -> None:
+    """The body takes every strategy, as_of, a time range and min_score; the answer names the
+    strategy; a time outside the stored years is a 400 naming the field, not a 500."""
+    for strategy in ("keyword", "semantic", "hybrid", "temporal", "graph"):
+        r = client.post("/v1/search", headers=bearer(app, "ana"),
+                        json={"query": "wire limit", "strategy": strategy})  # fmt: skip
+        assert r.status_code == 200, r.text
+        assert r.json()["strategy"] == strategy
+    r = client.post("/v1/search", headers=bearer(app, "ana"), json={
+        "query": "wire limit", "strategy": "temporal", "as_of": "2026-01-01T00:00:00Z",
+        "time_range": {"field": "updated_at", "start": "2020-01-01T00:00:00Z"},
+        "min_score": 0.001})  # fmt: skip
+    assert r.status_code == 200, r.text
+    for bad in ({"as_of": "0999-01-01T00:00:00Z"}, {"as_of": "2026-01-01T00:00:00"},
+                {"time_range": {"start": "2027-01-01T00:00:00Z", "end": "2026-01-01T00:00:00Z"}},
+                {"min_score": -1}):  # fmt: skip
+        r = client.post("/v1/search", headers=bearer(app, "ana"),
+                        json={"query": "wire limit", **bad})  # fmt: skip
+        assert r.status_code == 400, (bad, r.status_code, r.text)
+        assert r.json()["fields"] == [next(iter(bad))]

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from govrag.app import Replay
 from govrag.server import examples
-from govrag.types import ContextPack, DocumentInfo, HiddenMarker, PackChunk
+from govrag.types import ContextPack, DocumentInfo, HiddenMarker, PackChunk, Strategy
 
 if TYPE_CHECKING:
     from govrag.app import CorpusListing, DocumentListing, GovernedResult
@@ -66,7 +66,7 @@ class Searched(Out):
     session_id: str = Field(examples=["ses-0a1b2c3d4e5f6a7b"])
     route_id: str
     query: str
-    strategy: Literal["keyword", "semantic", "hybrid"]
+    strategy: Strategy
     packs: list[ContextPack]
     #: Every pack's chunks merged by score, at most ``top_k``.
     results: list[PackChunk]

@@ -66,7 +66,8 @@ def get_session(session_id: Name, caller: Caller, api: Api) -> SessionView:
 def search(body: SearchBody, caller: Caller, api: Api, request: Request) -> Searched:
     result = api.search(caller, body.query, corpora=body.corpora, route=body.route,
                         session=body.session, strategy=body.strategy, top_k=body.top_k,
-                        filters=body.filters)  # fmt: skip
+                        filters=body.filters, as_of=body.as_of, time_range=body.time_range,
+                        min_score=body.min_score)  # fmt: skip
     _traced(request, result.request_id)
     return Searched.of(result)
 
