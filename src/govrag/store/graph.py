@@ -40,6 +40,12 @@ from govrag.store.records import AccessScope
 NAMED, GLOSSARY_HOP, ALIAS_HOP = 1.0, 0.5, 0.8
 #: Most (chunk, entity) rows one leg reads: a bound on a very common entity.
 MAX_ROWS = 20_000
+#: Entity ids by (kind, name): the few given pairs drive (pinned join), each found by the
+#: unique index, never a scan of the tenant's entities.
+_BY_NAME = (
+    "SELECT e.entity_id, e.kind, e.name FROM {pairs} {pin} entities e "
+    "ON e.tenant_id = ? AND e.kind = t.ss AND e.name = t.pid"
+)
 
 
 def write_chunk_graph(
@@ -67,13 +73,9 @@ def write_chunk_graph(
         [(tenant, kind, name) for kind, name in wanted],
     )
     ids = {
-        (r[0], r[1]): int(r[2])
+        (r[1], r[2]): int(r[0])
         for r in conn.execute(
-            dialect.sql(
-                "SELECT e.kind, e.name, e.entity_id FROM entities e WHERE e.tenant_id = ? "
-                "AND (e.kind, e.name) IN (SELECT ss, pid FROM {pairs})"
-            ),
-            (tenant, json_list([list(e) for e in wanted])),
+            dialect.sql(_BY_NAME), (json_list([list(e) for e in wanted]), tenant)
         ).fetchall()
     }
     conn.executemany(
@@ -170,14 +172,7 @@ def _entity_ids(db: Database, tenant: str, entities: list[Entity]) -> dict[int, 
     an id alone reaches nothing; every use of it is under the caller's access predicate)."""
     if not entities:
         return {}
-    rows = db.q(
-        tenant,
-        db.dialect.sql(
-            "SELECT e.entity_id, e.kind, e.name FROM {pairs} {pin} entities e "
-            "ON e.tenant_id = ? AND e.kind = t.ss AND e.name = t.pid"
-        ),
-        (json_list([list(e) for e in entities]), tenant),
-    )
+    rows = db.q(tenant, db.dialect.sql(_BY_NAME), (json_list([list(e) for e in entities]), tenant))
     return {int(r[0]): (str(r[1]), str(r[2])) for r in rows}
 
 

@@ -110,8 +110,9 @@ def temporal_order(
         version = versions.get(cid)
         when = version.effective_at if version is not None else None
         age_days = half_life  # undated (or unreadable as a time): one half-life old
-        if when is not None and newest is not None:
-            age_days = max(0.0, _days(newest, when) or 0.0) if boost else half_life
+        days = _days(newest, when) if boost and when is not None and newest is not None else None
+        if days is not None:
+            age_days = max(0.0, days)
         score = base * (1.0 + boost * 0.5 ** (age_days / half_life))
         if when is not None and when > moment:
             score *= settings.superseded_weight
