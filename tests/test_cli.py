@@ -524,3 +524,17 @@ def test_search_by_time(deployment: Path) -> None:
         done = search(deployment, "wire", "--as", "ben", *args)
         assert done.returncode != 0 and option in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_ask_with_a_strategy(deployment: Path) -> None:
+    done = govrag("ask", "Who approves large wire transfers?", "--as", "ana", "--strategy",
+                  "graph", "--json", "--deployment", str(deployment), cwd=deployment)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    request_id = json.loads(done.stdout)["request_id"]
+    replayed = govrag("replay", request_id, "--json", "--deployment", str(deployment),
+                      cwd=deployment)  # fmt: skip
+    searched = [p.get("retrieval") for p in json.loads(replayed.stdout)["model_saw"]]
+    assert searched and all(s == {"strategy": "graph"} for s in searched), searched
+    done = govrag("ask", "wire?", "--as", "ana", "--strategy", "bm25",
+                  "--deployment", str(deployment), cwd=deployment)  # fmt: skip
+    assert done.returncode == 2 and "bm25" in done.stderr and "Traceback" not in done.stderr

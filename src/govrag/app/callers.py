@@ -88,12 +88,15 @@ class Callers:
         route: str | None = None,
         session: str | None = None,
         text: str | None = None,
+        strategy: Strategy | None = None,
     ) -> Answer:
         """A grounded, cited answer or an abstention, on ``route`` (default: the deployment's
-        ``default_route``); ``text`` is caller-supplied material to work on, never evidence."""
+        ``default_route``); ``text`` is caller-supplied material to work on, never evidence.
+        ``strategy``: the retrieves' (default ``[search] default_strategy``)."""
         require_text(route=route, session=session)
         return self._dep.orchestrator.ask(principal, question, route_id=route,
-                                          session_id=session, text=text)  # fmt: skip
+                                          session_id=session, text=text,
+                                          strategy=strategy)  # fmt: skip
 
     def open_session(
         self, principal: Principal, *, route: str | None = None, intent: str | None = None

@@ -21,6 +21,7 @@ from govrag.cli.common import (
 )
 from govrag.cli.render import print_answer, print_replay
 from govrag.errors import LLM_TRANSIENT_EXIT, TRANSIENT_LLM_FAULTS, LlmError
+from govrag.types import Strategy
 
 if TYPE_CHECKING:
     from govrag.agent.answer import Answer
@@ -45,6 +46,10 @@ def ask(
         Path | None,
         typer.Option(help="A file of caller-supplied text (an e-mail, a contract) to work on."),
     ] = None,
+    strategy: Annotated[
+        Strategy | None,
+        typer.Option(help="The retrieves' strategy (default: search.default_strategy)."),
+    ] = None,
     deployment: DeploymentOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -62,9 +67,8 @@ def ask(
                     f"--text {str(text)!r}: cannot read it as UTF-8 text: {exc}"
                 ) from exc
         with open_app(deployment) as app:
-            return app.callers.ask(
-                as_principal(app, as_), question, route=route, session=session, text=supplied
-            )
+            return app.callers.ask(as_principal(app, as_), question, route=route,
+                                   session=session, text=supplied, strategy=strategy)  # fmt: skip
 
     answer = guard(run)
     if as_json:
