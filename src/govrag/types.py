@@ -11,12 +11,12 @@ from enum import IntEnum, StrEnum
 from typing import Annotated, Literal
 
 from pydantic import (
+    AfterValidator,
     AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
     StringConstraints,
-    ValidationInfo,
     field_serializer,
     field_validator,
 )
@@ -53,7 +53,8 @@ class Strategy(StrEnum):
 
     ``temporal`` ranks like ``hybrid`` (``keyword`` without vectors), then prefers what is in
     effect now (or at the request's ``as_of``): a version superseded by one the caller may
-    read, or not yet in effect, is demoted, and older documents decay by a half-life.
+    read goes below its replacement, one not yet in effect is demoted (and, when turned on,
+    older versions lose a recency bonus).
     ``graph`` fuses the ``hybrid`` legs with the graph leg: chunks mentioning the entities
     the question names, their glossary neighbours and the aliases readable chunks state.
     """
@@ -380,6 +381,9 @@ def check_instant(value: datetime | None, what: str) -> datetime | None:
     return value
 
 
+#: An instant a request names (``as_of``, a time range's bounds): aware, in the stored years.
+Instant = Annotated[AwareDatetime, AfterValidator(lambda v: check_instant(v, "time"))]
+
 TimeField = Literal["updated_at", "effective_at"]
 
 
@@ -392,13 +396,8 @@ class TimeRange(Frozen):
     """
 
     field: TimeField = "effective_at"
-    start: AwareDatetime | None = None
-    end: AwareDatetime | None = None
-
-    @field_validator("start", "end")
-    @classmethod
-    def _in_range(cls, value: datetime | None, info: ValidationInfo) -> datetime | None:
-        return check_instant(value, f"time_range {info.field_name}")
+    start: Instant | None = None
+    end: Instant | None = None
 
     def model_post_init(self, __context: object) -> None:
         if self.start is None and self.end is None:
@@ -428,7 +427,7 @@ class SearchRequest(Frozen):
     #: Only documents in effect at this instant (``effective_at``, else ``updated_at``, at
     #: or before it; undated documents count as always in effect). The ``temporal``
     #: strategy also takes it as "now": what supersedes a version must be in effect by then.
-    as_of: AwareDatetime | None = None
+    as_of: Instant | None = None
     #: Only documents whose time lies in the range.
     time_range: TimeRange | None = None
 
@@ -446,11 +445,6 @@ class SearchRequest(Frozen):
         if not value.strip():
             raise ValueError("query is blank; pass some words to search for")
         return value
-
-    @field_validator("as_of")
-    @classmethod
-    def _as_of_in_range(cls, value: datetime | None) -> datetime | None:
-        return check_instant(value, "as_of")
 
     @field_validator("marker_query")
     @classmethod

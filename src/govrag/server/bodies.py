@@ -7,7 +7,6 @@ only narrow what the caller's rights already allow).
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import (
@@ -21,7 +20,7 @@ from pydantic import (
 
 from govrag.app import AdmissionGate
 from govrag.server import examples
-from govrag.types import MetadataFilter, Strategy, TimeRange, check_instant
+from govrag.types import Instant, MetadataFilter, Strategy, TimeRange
 
 #: Longest query or question accepted over HTTP (a deployment's own limits may be lower).
 MAX_QUERY_CHARS = 4000
@@ -68,16 +67,11 @@ class SearchBody(Body):
     strategy: Strategy | None = None
     top_k: int | None = Field(default=None, ge=1, le=100, strict=True)
     filters: list[MetadataFilter] = Field(default_factory=list, max_length=MAX_FILTERS)
-    as_of: AwareDatetime | None = Field(
+    as_of: Instant | None = Field(
         default=None, description="Only versions in effect at this instant (docs/strategies.md)."
     )
     time_range: TimeRange | None = None
     min_score: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
-
-    @field_validator("as_of")
-    @classmethod
-    def _as_of_in_range(cls, value: datetime | None) -> datetime | None:
-        return check_instant(value, "as_of")
 
     @field_validator("filters")
     @classmethod
