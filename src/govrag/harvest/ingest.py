@@ -36,7 +36,7 @@ from govrag.settings import IngestSettings
 from govrag.store.clock import utc_instant
 from govrag.store.filters import meta_rows
 from govrag.store.protocol import IngestWrites
-from govrag.store.records import ChunkRow, DocumentWrite
+from govrag.store.records import ChunkRow, DocumentWrite, titled
 from govrag.strict_json import load_json
 from govrag.types import CorpusTenancy
 
@@ -279,9 +279,7 @@ class Ingestor:
                         section_tokens=self.settings.section_tokens,
                     )
                 ]
-                to_embed.extend(
-                    f"{rec.title}\n\n{c.text}" if rec.title else c.text for c in chunks if c.indexed
-                )
+                to_embed.extend(titled(rec.title, c.text) for c in chunks if c.indexed)
             prepared.append((where, rec, text_hash, record_hash, chunks))
         vectors = None
         if self.embedder is not None and to_embed:

@@ -28,7 +28,7 @@ from govrag.store.database import (
 from govrag.store.derived import DerivedIndexes
 from govrag.store.dialect import Conn
 from govrag.store.graph import write_chunk_graph
-from govrag.store.records import EVERYONE, DocumentWrite, StoredHashes
+from govrag.store.records import EVERYONE, DocumentWrite, StoredHashes, titled
 from govrag.store.search import SearchConfig
 
 #: Every table holding a tenant's rows, children before parents, except the audit log
@@ -39,12 +39,6 @@ _TENANT_TABLES = (
     "vector_spaces", "group_members", "groups", "identities", "source_systems", "corpora",
     "sessions", "marker_budget",
 )  # fmt: skip
-
-
-def titled(title: str, text: str) -> str:
-    """What the graph reads of a chunk: its document's title (which often names the
-    counterparty) above its text."""
-    return f"{title}\n\n{text}" if title else text
 
 
 class DocumentRepository:

@@ -58,6 +58,12 @@ class AccessScope:
     filter_ceiling: bool = True
 
 
+def titled(title: str, text: str) -> str:
+    """A chunk as it is embedded and read for entities: its document's title (which often
+    names the subject, the counterparty) above its text."""
+    return f"{title}\n\n{text}" if title else text
+
+
 @dataclass(frozen=True)
 class ChunkRow:
     """A chunk to write. Non-indexed chunks are parents (sections) kept for context."""
